@@ -1,0 +1,553 @@
+"""Build the alias facts of a graph and answer queries about them.
+
+:func:`analyze` makes one forward pass over the graph in node order:
+
+- every tensor value gets its *points-to set*: the storages it may live in.
+  A placeholder gets a storage of its own (shared with the placeholders whose
+  fake tensors share a storage); a fresh op output gets a new storage; an
+  output that aliases arguments (schema annotations, fake-tensor evidence)
+  inherits theirs; an unknown op's outputs may be any of its arguments'
+  storages or a new one. A value without metadata whose origin is unknown
+  points to :data:`UNKNOWN_STORAGE`, which may alias everything;
+- every value whose points-to set is a single known storage gets its
+  :class:`~aliasing.regions.Region` from its fake tensor;
+- every read and write of a node is recorded, in graph order, against the
+  storages it touches (:class:`Access`). Unknown ops touch whole storages.
+
+The resulting :class:`AliasAnalysis` never changes. Queries are answered from
+these indexes; :attr:`AliasAnalysis.graph` is the same information as a
+``networkx.MultiDiGraph`` (schema in :mod:`aliasing.storage_graph`).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union
+
+import torch
+import torch.fx
+
+from aliasing.effects import DEFAULT_EFFECTS, SINGLE, Effect, EffectTable, tensor_nodes
+from aliasing.errors import UnknownNodeError, describe_node
+from aliasing.facts import TensorFacts, is_tensor_meta, output_facts, tensor_facts
+from aliasing.regions import Region, regions_may_overlap
+from aliasing.roles import Role
+from aliasing.target import Target, resolve_target
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+__all__ = ["analyze", "AliasAnalysis", "Access", "StorageInfo", "UNKNOWN_STORAGE", "NodeRef"]
+
+#: Storage id that stands for "any storage at all".
+UNKNOWN_STORAGE = "unknown"
+_U = -1
+
+NodeRef = Union[torch.fx.Node, str]
+
+
+@dataclass(frozen=True)
+class Access:
+    """One read or write of a value's memory by a node, at the node's graph position.
+
+    ``whole`` is true when the node may touch its storage anywhere (unknown ops),
+    not only the value's region.
+    """
+
+    position: int
+    node: torch.fx.Node
+    kind: Literal["read", "write"]
+    value: torch.fx.Node
+    whole: bool = False
+
+
+@dataclass(frozen=True)
+class StorageInfo:
+    """One storage: its id, the role of the memory at the graph boundary, and where it came from."""
+
+    id: str
+    role: Role
+    origin: str  #: name of the node that created it
+    note: str = ""
+
+
+def _sid(i: int) -> str:
+    return UNKNOWN_STORAGE if i == _U else f"s{i}"
+
+
+class _Builder:
+    """One forward pass over the graph; produces the indexes AliasAnalysis holds."""
+
+    def __init__(self, target: Target, effects: EffectTable) -> None:
+        self.target = target
+        self.effects = effects
+        self.position: dict[torch.fx.Node, int] = {}
+        self.points_to: dict[torch.fx.Node, frozenset[int]] = {}
+        self.facts: dict[torch.fx.Node, TensorFacts] = {}
+        self.regions: dict[torch.fx.Node, Region] = {}
+        self.outmap: dict[torch.fx.Node, dict[object, frozenset[int]]] = {}
+        self.storages: list[StorageInfo] = []
+        self.accesses: dict[int, list[Access]] = {_U: []}
+        self.members: dict[int, list[torch.fx.Node]] = {_U: []}
+        self.effect_of: dict[torch.fx.Node, Effect] = {}
+        self.roles: dict[torch.fx.Node, Role] = {}
+        self.outputs: list[torch.fx.Node] = []
+        self.output_node: Optional[torch.fx.Node] = None
+        self.placeholder_storage: dict[int, int] = {}
+        self.constant_storage: dict[object, int] = {}
+        self.boundary: list[int] = []  # storages of inputs, parameters, buffers, constants
+
+    # -- storages -------------------------------------------------------------
+    def new_storage(self, role: Role, origin: torch.fx.Node, note: str = "") -> int:
+        i = len(self.storages)
+        self.storages.append(StorageInfo(_sid(i), role, origin.name, note))
+        self.accesses[i] = []
+        self.members[i] = []
+        return i
+
+    def bind(self, node: torch.fx.Node, pts: frozenset[int], facts: Optional[TensorFacts]) -> None:
+        self.points_to[node] = pts
+        for s in pts:
+            self.members[s].append(node)
+        if facts is not None:
+            self.facts[node] = facts
+            if len(pts) == 1 and _U not in pts:
+                region = facts.region
+                if region is not None:
+                    self.regions[node] = region
+
+    def record(self, pos: int, node: torch.fx.Node, kind: Literal["read", "write"], values: Iterable[torch.fx.Node], whole: bool) -> None:
+        for v in values:
+            pts = self.points_to.get(v)
+            if pts is None:
+                continue
+            acc = Access(pos, node, kind, v, whole or v not in self.regions)
+            for s in pts:
+                self.accesses[s].append(acc)
+
+    # -- nodes ----------------------------------------------------------------
+    def run(self) -> None:
+        for pos, node in enumerate(self.target.graph.nodes):
+            self.position[node] = pos
+            if node.op == "placeholder":
+                self.placeholder(node)
+            elif node.op == "get_attr":
+                self.get_attr(node)
+            elif node.op == "output":
+                self.output(pos, node)
+            elif node.op == "call_function" and node.target is operator.getitem:
+                self.getitem(pos, node)
+            else:
+                self.call(pos, node)
+
+    def placeholder(self, node: torch.fx.Node) -> None:
+        role = self.target.input_roles.get(node.name, Role.USER_INPUT)
+        self.roles[node] = role
+        is_tensor = is_tensor_meta(node)
+        if is_tensor is False:
+            return
+        facts = tensor_facts(node)
+        if facts is None:
+            # No metadata: the value may be a tensor sharing memory with any other input.
+            s = self.new_storage(role, node, "no metadata")
+            self.boundary.append(s)
+            self.bind(node, frozenset({s, _U}), None)
+            return
+        s = self.placeholder_storage.get(facts.storage_key)
+        if s is None:
+            s = self.new_storage(role, node)
+            self.placeholder_storage[facts.storage_key] = s
+            self.boundary.append(s)
+        elif self.storages[s].role is Role.DONATED_INPUT and role is not Role.DONATED_INPUT:
+            # A storage is donated only if every input in it is.
+            info = self.storages[s]
+            self.storages[s] = StorageInfo(info.id, role, info.origin, info.note)
+        self.bind(node, frozenset({s}), facts)
+
+    def _attr(self, name: str) -> Any:
+        obj: Any = self.target.module
+        for part in name.split("."):
+            if obj is None:
+                return None
+            obj = getattr(obj, part, None)
+        return obj
+
+    def get_attr(self, node: torch.fx.Node) -> None:
+        value = self._attr(str(node.target)) if self.target.module is not None else None
+        if self.target.module is not None and not isinstance(value, torch.Tensor):
+            return  # a submodule (e.g. a higher-order op's subgraph) or a non-tensor constant
+        role = Role.CONSTANT
+        if isinstance(value, torch.nn.Parameter):
+            role = Role.PARAMETER
+        self.roles[node] = role
+        facts = tensor_facts(node)
+        if isinstance(value, torch.Tensor):
+            try:
+                key: object = value.untyped_storage().data_ptr() or id(value)
+            except Exception:
+                key = id(value)
+            s = self.constant_storage.get(key)
+            if s is None:
+                s = self.new_storage(role, node)
+                self.constant_storage[key] = s
+                self.boundary.append(s)
+            # Regions from the real attribute: the metadata may be stale or missing.
+            real = _real_facts(value)
+            self.bind(node, frozenset({s}), real if real is not None else None)
+            return
+        # No module to read the attribute from: constants may be tied to each other.
+        s = self.constant_storage.get("shared")
+        if s is None:
+            s = self.new_storage(role, node, "constants without a module")
+            self.constant_storage["shared"] = s
+            self.boundary.append(s)
+        self.points_to[node] = frozenset({s})
+        self.members[s].append(node)
+        if facts is not None:
+            self.facts[node] = facts  # layout known, region relative to an unknown base: none
+
+    def output(self, pos: int, node: torch.fx.Node) -> None:
+        self.output_node = node
+        returned = tensor_nodes(node.args)
+        self.outputs = returned
+        for v in returned:
+            if v not in self.roles:
+                self.roles[v] = Role.OUTPUT
+        self.record(pos, node, "read", returned, whole=False)
+
+    def _fresh(self, node: torch.fx.Node) -> frozenset[int]:
+        return frozenset({self.new_storage(Role.INTERMEDIATE, node)})
+
+    def _union(self, nodes: Iterable[torch.fx.Node]) -> set[int]:
+        out: set[int] = set()
+        for n in nodes:
+            out |= self.points_to.get(n, frozenset())
+        return out
+
+    def call(self, pos: int, node: torch.fx.Node) -> None:
+        effect = self.effects.effect(node)
+        self.effect_of[node] = effect
+        self.roles[node] = Role.INTERMEDIATE
+        self.record(pos, node, "read", effect.reads, whole=effect.unknown)
+        self.record(pos, node, "write", effect.writes, whole=effect.unknown)
+        facts = tensor_facts(node)
+        multi = output_facts(node)
+        if effect.unknown:
+            reach = self._union(effect.reaches)
+            if is_tensor_meta(node) is False and multi is None:
+                return
+            pts = frozenset(reach | self._fresh(node))
+            if multi is not None:
+                self.outmap[node] = {k: pts for k in range(len(multi))}
+            self.bind(node, pts, facts)
+            return
+        if facts is not None or (SINGLE in effect.outputs and multi is None):
+            srcs = effect.outputs.get(SINGLE)
+            if srcs is None:
+                pts = self._fresh(node) if facts is not None else frozenset()
+            elif srcs:
+                pts = frozenset(self._union(srcs))
+            else:
+                pts = self._fresh(node)
+            if pts:
+                self.bind(node, pts, facts)
+            return
+        if multi is not None or effect.outputs:
+            keys = list(effect.outputs) if effect.outputs else list(range(len(multi or [])))
+            outs: dict[object, frozenset[int]] = {}
+            for k in keys:
+                srcs = effect.outputs.get(k, ())
+                outs[k] = frozenset(self._union(srcs)) if srcs else self._fresh(node)
+            self.outmap[node] = outs
+            union: set[int] = set()
+            for pts in outs.values():
+                union |= pts
+            if union:
+                self.bind(node, frozenset(union), None)
+
+    def getitem(self, pos: int, node: torch.fx.Node) -> None:
+        self.roles[node] = Role.INTERMEDIATE
+        src, key = (node.args + (None, None))[:2]
+        facts = tensor_facts(node)
+        if isinstance(src, torch.fx.Node) and src in self.outmap:
+            outs = self.outmap[src]
+            pts = outs.get(key)
+            if pts is None:
+                # An output the effect did not describe: any of the source's storages, or new.
+                pts = frozenset(self.points_to.get(src, frozenset()) | self._fresh(node))
+            if is_tensor_meta(node) is False:
+                return
+            self.effect_of[node] = Effect(note="getitem")
+            self.bind(node, pts, facts)
+            return
+        # getitem on a tensor or an opaque value: indexing, treated as an unknown op.
+        self.call(pos, node)
+
+
+def _real_facts(value: torch.Tensor) -> Optional[TensorFacts]:
+    from aliasing.facts import _facts_of  # the same reader, applied to a real attribute
+
+    return _facts_of(value)
+
+
+class AliasAnalysis:
+    """Immutable answers about which values share memory and who touches it.
+
+    Build one with :func:`analyze`. Every query takes an ``fx.Node`` or a node name.
+
+    Example
+    -------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> from aliasing import analyze
+    >>> def f(x):
+    ...     q, k = x.split(4, dim=-1)
+    ...     q.add_(1)
+    ...     return k * 2
+    >>> gm = make_fx(f, tracing_mode="fake")(torch.randn(2, 8))
+    >>> a = analyze(gm)
+    >>> a.may_alias("getitem", "getitem_1"), a.may_overlap("getitem", "getitem_1")
+    (True, False)
+    >>> [n.name for n in a.writers("x_1")]
+    ['add_']
+    """
+
+    def __init__(self, target: Target, builder: _Builder) -> None:
+        self._target = target
+        self._b = builder
+        self._by_name = {n.name: n for n in builder.position}
+
+    # -- plumbing -------------------------------------------------------------
+    def _node(self, n: NodeRef) -> torch.fx.Node:
+        if isinstance(n, torch.fx.Node):
+            if n not in self._b.position:
+                raise UnknownNodeError(f"node is not in the analysed graph: {describe_node(n)}")
+            return n
+        if isinstance(n, str):
+            node = self._by_name.get(n)
+            if node is None:
+                raise UnknownNodeError(f"no node named {n!r} in the analysed graph")
+            return node
+        raise UnknownNodeError(f"expected an fx.Node or a node name, got {type(n).__name__}")
+
+    def _pts(self, n: torch.fx.Node) -> frozenset[int]:
+        return self._b.points_to.get(n, frozenset())
+
+    @property
+    def target_graph(self) -> torch.fx.Graph:
+        """The analysed ``torch.fx.Graph``."""
+        return self._target.graph
+
+    @property
+    def nodes(self) -> tuple[torch.fx.Node, ...]:
+        """All nodes, in graph order."""
+        return tuple(self._b.position)
+
+    def position(self, n: NodeRef) -> int:
+        """The node's index in graph order."""
+        return self._b.position[self._node(n)]
+
+    # -- storages -------------------------------------------------------------
+    @property
+    def storages(self) -> tuple[str, ...]:
+        """Ids of all storages, in order of creation."""
+        return tuple(s.id for s in self._b.storages)
+
+    def _storage_index(self, sid: str) -> int:
+        if sid == UNKNOWN_STORAGE:
+            return _U
+        try:
+            i = int(sid[1:]) if sid.startswith("s") else -2
+        except ValueError:
+            i = -2
+        if not 0 <= i < len(self._b.storages):
+            raise UnknownNodeError(f"no storage {sid!r} in this analysis")
+        return i
+
+    def storage_info(self, sid: str) -> StorageInfo:
+        """Role and origin of a storage."""
+        return self._b.storages[self._storage_index(sid)]
+
+    def storage_role(self, sid: str) -> Role:
+        """The boundary role of a storage's memory (the role of the input that owns it)."""
+        return self.storage_info(sid).role
+
+    def storage_of(self, n: NodeRef) -> frozenset[str]:
+        """Storages ``n``'s value may live in (empty for non-tensor values).
+
+        One id for a value of known origin; several when an unknown op may return
+        an alias of several arguments; ``"unknown"`` when nothing is known.
+        """
+        return frozenset(_sid(s) for s in self._pts(self._node(n)))
+
+    def values_in(self, sid: str) -> tuple[torch.fx.Node, ...]:
+        """Values that may live in the storage ``sid``, in graph order."""
+        i = self._storage_index(sid)
+        return tuple(dict.fromkeys(self._b.members[i] + (self._b.members[_U] if i != _U else [])))
+
+    def storage_accesses(self, sid: str) -> tuple[Access, ...]:
+        """Reads and writes of the storage ``sid`` in graph order (including unknown-storage ones)."""
+        i = self._storage_index(sid)
+        accs = self._b.accesses[i]
+        if i != _U and self._b.accesses[_U]:
+            accs = sorted(accs + self._b.accesses[_U], key=lambda a: a.position)
+        return tuple(accs)
+
+    # -- values ---------------------------------------------------------------
+    def facts_of(self, n: NodeRef) -> Optional[TensorFacts]:
+        """Layout facts of a tensor value (None without metadata)."""
+        return self._b.facts.get(self._node(n))
+
+    def region_of(self, n: NodeRef) -> Optional[Region]:
+        """The value's byte region in its storage, or None when its storage is not exactly known."""
+        return self._b.regions.get(self._node(n))
+
+    def effect_of(self, n: NodeRef) -> Optional[Effect]:
+        """The memory effect the analysis used for a call node (None for other nodes)."""
+        return self._b.effect_of.get(self._node(n))
+
+    def is_unknown(self, n: NodeRef) -> bool:
+        """True when ``n`` is an op the analysis treats as opaque."""
+        e = self._b.effect_of.get(self._node(n))
+        return bool(e is not None and e.unknown)
+
+    def role(self, n: NodeRef) -> Role:
+        """Boundary role: an input kind for placeholders, CONSTANT/PARAMETER for get_attr,
+        OUTPUT for values the graph returns, INTERMEDIATE otherwise."""
+        node = self._node(n)
+        if node.op == "output":
+            return Role.OUTPUT
+        return self._b.roles.get(node, Role.INTERMEDIATE)
+
+    @property
+    def outputs(self) -> tuple[torch.fx.Node, ...]:
+        """Values the graph returns, in order (repeats removed)."""
+        return tuple(self._b.outputs)
+
+    @property
+    def output_node(self) -> Optional[torch.fx.Node]:
+        """The graph's output node."""
+        return self._b.output_node
+
+    def may_alias(self, a: NodeRef, b: NodeRef) -> bool:
+        """May the two values share a storage?"""
+        pa, pb = self._pts(self._node(a)), self._pts(self._node(b))
+        if not pa or not pb:
+            return False
+        return bool(pa & pb) or _U in pa or _U in pb
+
+    def may_overlap(self, a: NodeRef, b: NodeRef) -> bool:
+        """May the two values' regions touch a common byte?"""
+        na, nb = self._node(a), self._node(b)
+        if not self.may_alias(na, nb):
+            return False
+        ra, rb = self._b.regions.get(na), self._b.regions.get(nb)
+        if ra is None or rb is None or self._pts(na) != self._pts(nb):
+            return True
+        return regions_may_overlap(ra, rb)
+
+    def alias_set(self, n: NodeRef) -> tuple[torch.fx.Node, ...]:
+        """All values that may share ``n``'s storage (``n`` included), in graph order."""
+        node = self._node(n)
+        pts = self._pts(node)
+        if not pts:
+            return ()
+        if _U in pts:
+            found = [v for v in self._b.points_to if self._b.points_to[v]]
+        else:
+            found = []
+            for s in pts:
+                found.extend(self._b.members[s])
+            found.extend(self._b.members[_U])
+        pos = self._b.position
+        return tuple(sorted(set(found), key=pos.__getitem__))
+
+    def accesses_overlapping(self, n: NodeRef, kind: Optional[str] = None) -> Iterator[Access]:
+        """Accesses (of ``kind``, or both) of memory that may overlap ``n``, unordered, with repeats."""
+        node = self._node(n)
+        pts = self._pts(node)
+        region = self._b.regions.get(node)
+        storages = list(self._b.accesses) if _U in pts else list(pts) + [_U]
+        for s in storages:
+            for acc in self._b.accesses[s]:
+                if kind is not None and acc.kind != kind:
+                    continue
+                if region is None or acc.whole or s == _U:
+                    yield acc
+                    continue
+                other = self._b.regions.get(acc.value)
+                if other is None or regions_may_overlap(region, other):
+                    yield acc
+
+    def _ordered(self, accs: Iterable[Access]) -> tuple[torch.fx.Node, ...]:
+        nodes = {a.node: a.position for a in accs}
+        return tuple(sorted(nodes, key=nodes.__getitem__))
+
+    def writers(self, n: NodeRef) -> tuple[torch.fx.Node, ...]:
+        """Nodes that may write memory overlapping ``n``, in graph order."""
+        return self._ordered(self.accesses_overlapping(n, "write"))
+
+    def readers(self, n: NodeRef) -> tuple[torch.fx.Node, ...]:
+        """Nodes that may read memory overlapping ``n``, in graph order (the output node included)."""
+        return self._ordered(self.accesses_overlapping(n, "read"))
+
+    # -- rendering ------------------------------------------------------------
+    @cached_property
+    def graph(self) -> "nx.MultiDiGraph":
+        """The storage/mutation graph as a ``networkx.MultiDiGraph`` (see :mod:`aliasing.storage_graph`)."""
+        from aliasing.storage_graph import build_storage_graph
+
+        return build_storage_graph(self)
+
+    def to_dot(self) -> str:
+        """The storage graph in Graphviz DOT."""
+        from aliasing.storage_graph import to_dot
+
+        return to_dot(self.graph)
+
+    def __repr__(self) -> str:
+        return (
+            f"AliasAnalysis({len(self._b.position)} nodes, {len(self._b.storages)} storages, "
+            f"{len(self._b.points_to)} tensor values)"
+        )
+
+
+def analyze(
+    target: Union[torch.fx.GraphModule, torch.fx.Graph, "torch.export.ExportedProgram"],
+    *,
+    donated_inputs: Iterable[int] = (),
+    effects: EffectTable = DEFAULT_EFFECTS,
+) -> AliasAnalysis:
+    """Analyse which values of a graph share memory and who reads and writes it.
+
+    Parameters
+    ----------
+    target : torch.fx.GraphModule, torch.fx.Graph or torch.export.ExportedProgram
+        The program. Facts come from each node's ``meta['val']`` (fake tensors)
+        and op schemas; nodes without metadata are treated conservatively.
+    donated_inputs : iterable of int
+        Placeholder positions (0-based, graph order) whose storage the caller
+        gives up: their final value is unspecified.
+    effects : EffectTable
+        Memory-effect rules; :data:`aliasing.effects.DEFAULT_EFFECTS` by default.
+
+    Returns
+    -------
+    AliasAnalysis
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> gm = make_fx(lambda x: x[0].add_(1), tracing_mode="fake")(torch.zeros(2, 3))
+    >>> a = analyze(gm)
+    >>> a.may_alias("x_1", "select"), str(a.role("x_1"))
+    (True, 'user_input')
+    """
+    resolved = resolve_target(target, donated_inputs)
+    builder = _Builder(resolved, effects)
+    builder.run()
+    return AliasAnalysis(resolved, builder)
