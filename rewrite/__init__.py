@@ -1,0 +1,38 @@
+"""fx-aliasing rewrites: a sound clone-elimination pass built on :mod:`aliasing`.
+
+- :func:`eliminate_clones` removes every ``clone`` the program does not need
+  and none it does, and reports a :class:`Decision` with a :class:`Reason`
+  for each candidate;
+- :func:`plan_clone_elimination` (pure) and :func:`apply_decisions` (the only
+  graph mutation) are its two halves, for pipelines that want to inspect or
+  filter decisions in between;
+- :mod:`rewrite.testing` has the real-execution equivalence oracle and the
+  property-based fuzzer; :mod:`rewrite.inductor` the torch.compile adapter.
+
+Example
+-------
+>>> import torch
+>>> from torch.fx.experimental.proxy_tensor import make_fx
+>>> import rewrite
+>>> gm = make_fx(lambda x: (x * 2).clone() + 1, tracing_mode="fake")(torch.randn(4))
+>>> rewrite.eliminate_clones(gm).removed
+('clone',)
+"""
+
+from rewrite.apply import apply_decisions
+from rewrite.decisions import CloneEliminationReport, Decision, Reason
+from rewrite.eliminate import eliminate_clones
+from rewrite.errors import NotEquivalent, RewriteError
+from rewrite.planner import is_clone_candidate, plan_clone_elimination
+
+__all__ = [
+    "CloneEliminationReport",
+    "Decision",
+    "NotEquivalent",
+    "Reason",
+    "RewriteError",
+    "apply_decisions",
+    "eliminate_clones",
+    "is_clone_candidate",
+    "plan_clone_elimination",
+]
