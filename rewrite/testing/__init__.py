@@ -1,0 +1,26 @@
+"""Testing tools for fx-aliasing users: real-execution oracles and property-based fuzzing.
+
+- :func:`check_equivalent` runs an original and a rewritten program on the same
+  real inputs and raises :class:`NotEquivalent` naming the soundness clause that failed.
+- :func:`check_analysis` runs a graph on real tensors and checks that an
+  :class:`aliasing.AliasAnalysis` never says "no alias", "no overlap" or
+  "no writer" where real memory says otherwise.
+- :func:`programs` is a Hypothesis strategy of random aliasing-heavy programs;
+  :func:`check_pass` fuzzes any FX pass against :func:`check_equivalent`.
+"""
+
+from rewrite.errors import NotEquivalent
+from rewrite.testing.equivalence import check_equivalent, copy_program
+from rewrite.testing.oracle import check_analysis, observe_memory
+from rewrite.testing.programs import Program, check_pass, programs
+
+__all__ = [
+    "NotEquivalent",
+    "Program",
+    "check_analysis",
+    "check_equivalent",
+    "check_pass",
+    "copy_program",
+    "observe_memory",
+    "programs",
+]

@@ -1,0 +1,340 @@
+"""Tests of rewrite.testing.equivalence: check_equivalent's four clauses and copy_program."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.fx
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from rewrite.errors import NotEquivalent
+from rewrite.testing.equivalence import check_equivalent, copy_program
+
+aten = torch.ops.aten
+
+
+def _trace(fn: Callable[..., Any], *inputs: torch.Tensor) -> torch.fx.GraphModule:
+    return make_fx(fn)(*inputs)
+
+
+def _is_clone(node: torch.fx.Node) -> bool:
+    return node.target in (aten.clone.default, "clone")
+
+
+def _without_clones(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm`` with every clone replaced by its argument (an unchecked rewrite)."""
+    new = copy_program(gm)
+    for node in [n for n in new.graph.nodes if _is_clone(n)]:
+        node.replace_all_uses_with(node.args[0])
+        new.graph.erase_node(node)
+    new.recompile()
+    return new
+
+
+def _clause(original: Any, rewritten: Any, inputs: Any, **kwargs: Any) -> str:
+    with pytest.raises(NotEquivalent) as info:
+        check_equivalent(original, rewritten, inputs, **kwargs)
+    return info.value.clause
+
+
+# ---- equivalent programs pass -------------------------------------------------
+
+
+def test_removing_clone_of_intermediate_is_equivalent() -> None:
+    x = torch.randn(3, 4)
+    gm = _trace(lambda x: (x + 1).clone() * 2, x)
+    rewritten = _without_clones(gm)
+    assert not any(_is_clone(n) for n in rewritten.graph.nodes)
+    check_equivalent(gm, rewritten, [x])
+    check_equivalent(gm, rewritten, lambda: [torch.randn(3, 4)])
+
+
+def test_nan_equals_nan_and_ints_compare_exactly() -> None:
+    x = torch.tensor([float("nan"), 1.0])
+    gm = _trace(lambda x: x * 2, x)
+    check_equivalent(gm, copy_program(gm), [x])
+    i = torch.tensor([1, 2, 3])
+    assert _clause(_trace(lambda i: i * 2, i), _trace(lambda i: i * 2 + 1, i), [i]) == "output"
+
+
+# ---- clause 1: output -------------------------------------------------------------
+
+
+def test_changed_output_value_is_reported() -> None:
+    x = torch.randn(4)
+    with pytest.raises(NotEquivalent, match="output 0") as info:
+        check_equivalent(_trace(lambda x: x + 1, x), _trace(lambda x: x + 2, x), [x])
+    assert info.value.clause == "output"
+
+
+def test_changed_output_strides_are_reported() -> None:
+    x = torch.randn(3, 4)
+    original = _trace(lambda x: x.t().contiguous(), x)
+    rewritten = _trace(lambda x: x.t().clone(), x)  # clone keeps the transposed strides
+    with pytest.raises(NotEquivalent, match="strides") as info:
+        check_equivalent(original, rewritten, [x])
+    assert info.value.clause == "output"
+
+
+def test_changed_output_dtype_is_reported() -> None:
+    x = torch.randn(4)
+    assert _clause(_trace(lambda x: x + 1, x), _trace(lambda x: (x + 1).double(), x), [x]) == "output"
+
+
+# ---- clause 2: input-mutation -----------------------------------------------------
+
+
+def _mul_in_place(x: torch.Tensor) -> torch.Tensor:
+    x.mul_(2)
+    return x.clone()
+
+
+def test_input_mutated_in_one_program_only_is_reported() -> None:
+    x = torch.randn(4)
+    original = _trace(lambda x: x * 2, x)
+    rewritten = _trace(_mul_in_place, x.clone())
+    with pytest.raises(NotEquivalent, match="input 0") as info:
+        check_equivalent(original, rewritten, [x])
+    assert info.value.clause == "input-mutation"
+
+
+def test_donated_input_may_end_differently() -> None:
+    x, y = torch.randn(4), torch.randn(4)
+    original = _trace(lambda x, y: x * 2 + y, x, y)
+    rewritten = _trace(lambda x, y: x.mul_(2).add(y), x.clone(), y)
+    check_equivalent(original, rewritten, [x, y], donated_inputs=(0,))
+    assert _clause(original, rewritten, [x, y], donated_inputs=(1,)) == "input-mutation"
+
+
+class _Accumulate(torch.nn.Module):
+    def __init__(self, update: bool) -> None:
+        super().__init__()
+        self.register_buffer("total", torch.zeros(4))
+        self.update = update
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.update:
+            self.total.add_(x)
+        return x + 1
+
+
+def test_buffer_mutated_differently_is_reported_and_state_left_alone() -> None:
+    original = torch.fx.symbolic_trace(_Accumulate(update=True))
+    rewritten = torch.fx.symbolic_trace(_Accumulate(update=False))
+    x = torch.ones(4)
+    with pytest.raises(NotEquivalent, match="total") as info:
+        check_equivalent(original, rewritten, [x])
+    assert info.value.clause == "input-mutation"
+    check_equivalent(original, copy_program(original), [x])
+    assert torch.equal(original.total, torch.zeros(4))  # every run used a fresh copy
+    assert torch.equal(x, torch.ones(4))
+
+
+# ---- clause 3: new-aliasing -------------------------------------------------------
+
+
+def test_output_newly_aliasing_an_input_is_reported() -> None:
+    x = torch.randn(4)
+    gm = _trace(lambda x: x.clone(), x)
+    with pytest.raises(NotEquivalent, match="output 0 shares storage with input 0") as info:
+        check_equivalent(gm, _without_clones(gm), [x])
+    assert info.value.clause == "new-aliasing"
+    check_equivalent(gm, _without_clones(gm), [x], donated_inputs=(0,))  # may take over a donated input
+
+
+def test_aliasing_the_original_already_had_passes() -> None:
+    x = torch.randn(3, 4)
+    gm = _trace(lambda x: (x.t(), x[0].clone()), x)
+    rewritten = copy_program(gm)
+    check_equivalent(gm, rewritten, [x])
+
+
+def test_two_outputs_newly_sharing_storage_are_reported() -> None:
+    x = torch.randn(4)
+    gm = _trace(lambda x: (lambda y: (y, y.clone()))(x + 1), x)
+    with pytest.raises(NotEquivalent, match="output 1 shares storage with output 0") as info:
+        check_equivalent(gm, _without_clones(gm), [x])
+    assert info.value.clause == "new-aliasing"
+
+
+def test_output_newly_aliasing_a_buffer_is_reported() -> None:
+    class ReadBuffer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("b", torch.arange(4.0))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b.clone()
+
+    tracer = torch.fx.Tracer()
+    tracer.proxy_buffer_attributes = True  # read the buffer through get_attr, not as a traced constant
+    module = ReadBuffer()
+    gm = torch.fx.GraphModule(module, tracer.trace(module))
+    assert any(n.op == "get_attr" and n.target == "b" for n in gm.graph.nodes)
+    with pytest.raises(NotEquivalent, match="output 0 shares storage with module state 'b'") as info:
+        check_equivalent(gm, _without_clones(gm), [torch.randn(4)])
+    assert info.value.clause == "new-aliasing"
+
+
+# ---- clause 4: raises -----------------------------------------------------------
+
+
+def test_only_one_side_raising_is_reported() -> None:
+    x = torch.randn(6)
+    original = _trace(lambda x: x + 1, x)
+    rewritten = torch.fx.symbolic_trace(lambda x: x.view(5, -1) + 1)  # 6 elements: raises
+    with pytest.raises(NotEquivalent, match="only the rewritten program raised") as info:
+        check_equivalent(original, rewritten, [x])
+    assert info.value.clause == "raises"
+    assert _clause(rewritten, original, [x]) == "raises"
+    check_equivalent(rewritten, copy_program(rewritten), [x])  # both raise: equivalent
+
+
+# ---- input copies keep layout and sharing ----------------------------------------
+
+
+def _write_x_return_y(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    x.add_(1)
+    return y.clone()
+
+
+def _write_x_return_x_tail(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    x.add_(1)
+    return x[1:].clone()
+
+
+def test_inputs_sharing_storage_share_it_in_the_copies() -> None:
+    base = torch.arange(6.0)
+    original = torch.fx.symbolic_trace(_write_x_return_y)
+    rewritten = torch.fx.symbolic_trace(_write_x_return_x_tail)
+    check_equivalent(original, rewritten, [base, base[1:]])  # equal only if y is a view of x
+    assert _clause(original, rewritten, [base, base[1:].clone()]) == "output"
+    assert torch.equal(base, torch.arange(6.0))  # the caller's tensors are never touched
+
+
+def test_input_copies_keep_strides_and_storage_offset() -> None:
+    keep_layout = torch.fx.symbolic_trace(lambda x: x.clone())
+    make_dense = torch.fx.symbolic_trace(lambda x: x.clone(memory_format=torch.contiguous_format))
+    check_equivalent(keep_layout, make_dense, [torch.randn(3, 4)])
+    assert _clause(keep_layout, make_dense, [torch.randn(3, 4).t()]) == "output"
+    offset = torch.fx.symbolic_trace(lambda x: x.storage_offset())
+    three = torch.fx.symbolic_trace(lambda x: 3)
+    check_equivalent(offset, three, [torch.arange(6.0)[3:]])
+    assert _clause(offset, three, [torch.arange(6.0)[2:]]) == "output"
+
+
+# ---- copy_program ----------------------------------------------------------------
+
+
+def test_copy_program_is_independent() -> None:
+    x = torch.randn(4)
+    gm = _trace(lambda x: (x + 1).clone(), x)
+    code = gm.code
+    copied = copy_program(gm)
+    clone = next(n for n in copied.graph.nodes if _is_clone(n))
+    original_clone = next(n for n in gm.graph.nodes if _is_clone(n))
+    assert clone is not original_clone and clone.name == original_clone.name
+    assert clone.meta is not original_clone.meta
+    assert clone.meta["val"] is original_clone.meta["val"]  # fake tensors shared, not copied
+    clone.replace_all_uses_with(clone.args[0])
+    copied.graph.erase_node(clone)
+    copied.recompile()
+    assert gm.code == code and any(_is_clone(n) for n in gm.graph.nodes)
+    gm.graph.lint()
+
+
+class _WithState(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.register_buffer("scale", torch.full((4,), 2.0), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x).clone() * self.scale
+
+
+def test_copy_program_carries_state_with_its_kind() -> None:
+    gm = torch.fx.symbolic_trace(_WithState())
+    gm._non_persistent_buffers_set.add("scale")  # hand edits: a non-persistent buffer ...
+    gm.offset = torch.ones(4)  # ... and a plain tensor attribute read by get_attr
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    with gm.graph.inserting_before(output), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fx warns that a plain attribute is not a registered buffer
+        shifted = gm.graph.call_function(torch.add, (output.args[0], gm.graph.get_attr("offset")))
+    output.args = (shifted,)
+    gm.recompile()
+    copied = copy_program(gm)
+    assert dict(copied.named_parameters()).keys() == {"lin.weight", "lin.bias"}
+    assert copied.get_parameter("lin.weight") is gm.get_parameter("lin.weight")
+    assert copied.get_buffer("scale") is gm.get_buffer("scale")
+    assert copied.state_dict().keys() == gm.state_dict().keys() == {"lin.weight", "lin.bias"}
+    assert "offset" in vars(copied) and copied.offset is gm.offset
+    check_equivalent(gm, _without_clones(gm), [torch.randn(2, 4)])
+
+
+def test_copy_program_copies_subgraphs_of_higher_order_ops() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda x: x.clone(), lambda x: x + 1, (x,))
+
+    x = torch.randn(4)
+    gm = _trace(f, x)
+    copied = copy_program(gm)
+    names = [str(n.target) for n in gm.graph.nodes if n.op == "get_attr"]
+    assert names
+    for name in names:
+        sub, sub_copy = gm.get_submodule(name), copied.get_submodule(name)
+        assert isinstance(sub_copy, torch.fx.GraphModule) and sub_copy is not sub
+        assert sub_copy.graph is not sub.graph
+    check_equivalent(gm, copied, [x])
+    check_equivalent(gm, copied, [-x])
+
+
+class _Exported(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("count", torch.zeros(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.count.add_(1)
+        return (x * 2).clone() + self.count
+
+
+def test_exported_program_copy_and_check() -> None:
+    ep = torch.export.export(_Exported(), (torch.randn(3),))
+    copied = copy_program(ep)
+    assert isinstance(copied, torch.export.ExportedProgram)
+    clone = next(n for n in copied.graph_module.graph.nodes if _is_clone(n))
+    clone.replace_all_uses_with(clone.args[0])
+    copied.graph_module.graph.erase_node(clone)
+    copied.graph_module.recompile()
+    assert any(_is_clone(n) for n in ep.graph.nodes)
+    assert not any(_is_clone(n) for n in copied.graph.nodes)
+    check_equivalent(ep, copied, [torch.randn(3)])
+    assert torch.equal(ep.state_dict["count"], torch.zeros(3))
+    forgets_buffer = torch.export.export(_Accumulate(update=False), (torch.randn(4),))
+    remembers = torch.export.export(_Accumulate(update=True), (torch.randn(4),))
+    assert _clause(remembers, forgets_buffer, [torch.randn(4)]) == "input-mutation"
+
+
+class _DoubleInPlace(torch.nn.Module):
+    def __init__(self, in_place: bool) -> None:
+        super().__init__()
+        self.register_buffer("unused", torch.zeros(2))
+        self.in_place = in_place
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mul_(2).clone() if self.in_place else x * 2
+
+
+def test_exported_program_donated_positions_are_placeholder_positions() -> None:
+    x = torch.randn(3)
+    original = torch.export.export(_DoubleInPlace(in_place=False), (x.clone(),))
+    rewritten = torch.export.export(_DoubleInPlace(in_place=True), (x.clone(),))
+    kinds = [spec.kind.name for spec in original.graph_signature.input_specs]
+    assert kinds == ["BUFFER", "USER_INPUT"]
+    check_equivalent(original, rewritten, [x], donated_inputs=(1,))
+    assert _clause(original, rewritten, [x], donated_inputs=(0,)) == "input-mutation"
