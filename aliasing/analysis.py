@@ -32,7 +32,7 @@ import torch.fx
 
 from aliasing.effects import DEFAULT_EFFECTS, SINGLE, Effect, EffectTable, tensor_nodes
 from aliasing.errors import UnknownNodeError, describe_node
-from aliasing.facts import TensorFacts, is_tensor_meta, output_facts, tensor_facts
+from aliasing.facts import FactsCache, TensorFacts, facts_of_value, is_tensor_meta
 from aliasing.regions import Region, regions_may_overlap
 from aliasing.roles import Role
 from aliasing.target import Target, resolve_target
@@ -84,6 +84,7 @@ class _Builder:
     def __init__(self, target: Target, effects: EffectTable) -> None:
         self.target = target
         self.effects = effects
+        self.cache = FactsCache()
         self.position: dict[torch.fx.Node, int] = {}
         self.points_to: dict[torch.fx.Node, frozenset[int]] = {}
         self.facts: dict[torch.fx.Node, TensorFacts] = {}
@@ -149,7 +150,7 @@ class _Builder:
         is_tensor = is_tensor_meta(node)
         if is_tensor is False:
             return
-        facts = tensor_facts(node)
+        facts = self.cache.tensor(node)
         if facts is None:
             # No metadata: the value may be a tensor sharing memory with any other input.
             s = self.new_storage(role, node, "no metadata")
@@ -183,7 +184,7 @@ class _Builder:
         if isinstance(value, torch.nn.Parameter):
             role = Role.PARAMETER
         self.roles[node] = role
-        facts = tensor_facts(node)
+        facts = self.cache.tensor(node)
         if isinstance(value, torch.Tensor):
             try:
                 key: object = value.untyped_storage().data_ptr() or id(value)
@@ -195,7 +196,7 @@ class _Builder:
                 self.constant_storage[key] = s
                 self.boundary.append(s)
             # Regions from the real attribute: the metadata may be stale or missing.
-            real = _real_facts(value)
+            real = facts_of_value(value)
             self.bind(node, frozenset({s}), real if real is not None else None)
             return
         # No module to read the attribute from: constants may be tied to each other.
@@ -214,8 +215,8 @@ class _Builder:
         returned = tensor_nodes(node.args)
         self.outputs = returned
         for v in returned:
-            if v not in self.roles:
-                self.roles[v] = Role.OUTPUT
+            if self.roles.get(v, Role.INTERMEDIATE) is Role.INTERMEDIATE:
+                self.roles[v] = Role.OUTPUT  # inputs keep their input role
         self.record(pos, node, "read", returned, whole=False)
 
     def _fresh(self, node: torch.fx.Node) -> frozenset[int]:
@@ -228,13 +229,13 @@ class _Builder:
         return out
 
     def call(self, pos: int, node: torch.fx.Node) -> None:
-        effect = self.effects.effect(node)
+        effect = self.effects.effect(node, self.cache)
         self.effect_of[node] = effect
         self.roles[node] = Role.INTERMEDIATE
         self.record(pos, node, "read", effect.reads, whole=effect.unknown)
         self.record(pos, node, "write", effect.writes, whole=effect.unknown)
-        facts = tensor_facts(node)
-        multi = output_facts(node)
+        facts = self.cache.tensor(node)
+        multi = self.cache.outputs(node)
         if effect.unknown:
             reach = self._union(effect.reaches)
             if is_tensor_meta(node) is False and multi is None:
@@ -271,7 +272,7 @@ class _Builder:
     def getitem(self, pos: int, node: torch.fx.Node) -> None:
         self.roles[node] = Role.INTERMEDIATE
         src, key = (node.args + (None, None))[:2]
-        facts = tensor_facts(node)
+        facts = self.cache.tensor(node)
         if isinstance(src, torch.fx.Node) and src in self.outmap:
             outs = self.outmap[src]
             pts = outs.get(key)
@@ -285,12 +286,6 @@ class _Builder:
             return
         # getitem on a tensor or an opaque value: indexing, treated as an unknown op.
         self.call(pos, node)
-
-
-def _real_facts(value: torch.Tensor) -> Optional[TensorFacts]:
-    from aliasing.facts import _facts_of  # the same reader, applied to a real attribute
-
-    return _facts_of(value)
 
 
 class AliasAnalysis:

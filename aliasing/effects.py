@@ -41,7 +41,7 @@ from typing import Any, Optional
 import torch
 import torch.fx
 
-from aliasing.facts import TensorFacts, output_facts, tensor_facts
+from aliasing.facts import FactsCache, TensorFacts
 
 __all__ = [
     "Effect",
@@ -76,11 +76,16 @@ class Effect:
     note: str = ""
 
 
-EffectRule = Callable[[torch.fx.Node], Effect]
+#: A rule maps a node (and the shared metadata cache) to its effect.
+EffectRule = Callable[[torch.fx.Node, FactsCache], Effect]
 
 
 def tensor_nodes(obj: Any) -> list[torch.fx.Node]:
     """All fx Nodes inside a (nested) argument structure, in order, without repeats."""
+    if isinstance(obj, torch.fx.Node):
+        return [obj]
+    if obj is None or isinstance(obj, (int, float, bool, str)):
+        return []
     out: list[torch.fx.Node] = []
     seen: set[torch.fx.Node] = set()
 
@@ -190,16 +195,16 @@ def _bound_args(node: torch.fx.Node, se: _SchemaEffect) -> list[Any]:
     return values
 
 
-def _storage_keys(nodes: Sources) -> dict[int, torch.fx.Node]:
+def _storage_keys(nodes: Sources, facts: FactsCache) -> dict[int, torch.fx.Node]:
     keys: dict[int, torch.fx.Node] = {}
     for n in nodes:
-        f = tensor_facts(n)
+        f = facts.tensor(n)
         if f is not None:
             keys.setdefault(f.storage_key, n)
     return keys
 
 
-def schema_effect(node: torch.fx.Node) -> Effect:
+def schema_effect(node: torch.fx.Node, facts: FactsCache) -> Effect:
     """Effect of an ``OpOverload`` call from its schema (see module docstring)."""
     op = node.target
     if not isinstance(op, torch._ops.OpOverload):
@@ -227,7 +232,7 @@ def schema_effect(node: torch.fx.Node) -> Effect:
         return tuple(dict.fromkeys(out))
 
     outputs: dict[object, Sources] = {}
-    multi = output_facts(node)
+    multi = facts.outputs(node)
     if se.list_return or len(se.out_sets) > 1:
         keys: list[object] = list(range(len(multi))) if multi is not None else []
         for k in keys:
@@ -236,7 +241,7 @@ def schema_effect(node: torch.fx.Node) -> Effect:
         facts_per_key = {k: (multi[k] if multi is not None else None) for k in keys}  # type: ignore[index]
     elif len(se.out_sets) == 1:
         outputs[SINGLE] = sources(se.out_sets[0])
-        facts_per_key = {SINGLE: tensor_facts(node)}
+        facts_per_key = {SINGLE: facts.tensor(node)}
     else:
         facts_per_key = {}
 
@@ -249,14 +254,14 @@ def schema_effect(node: torch.fx.Node) -> Effect:
         if not srcs:
             if f is not None:
                 if arg_keys is None:
-                    arg_keys = _storage_keys(all_tensors)
+                    arg_keys = _storage_keys(all_tensors, facts)
                 hit = arg_keys.get(f.storage_key)
                 if hit is not None:
                     outputs[k] = (hit,)
         elif pure_view:
             # A view op reads nothing, unless the trace shows it copied (reshape of a
             # non-viewable input) or we cannot tell.
-            if f is None or f.storage_key not in _storage_keys(srcs):
+            if f is None or f.storage_key not in _storage_keys(srcs, facts):
                 read_aliased.update(srcs)
     if pure_view:
         aliased = {n for srcs in outputs.values() for n in srcs}
@@ -270,16 +275,16 @@ def schema_effect(node: torch.fx.Node) -> Effect:
 # higher-order ops
 
 
-def _functional_hop(node: torch.fx.Node) -> Effect:
+def _functional_hop(node: torch.fx.Node, facts: FactsCache) -> Effect:
     reads = tuple(tensor_nodes((node.args, node.kwargs)))
-    multi = output_facts(node)
+    multi = facts.outputs(node)
     outputs: dict[object, Sources] = {}
     if multi is not None:
         outputs = {k: () for k in range(len(multi))}
     return Effect(reads=reads, outputs=outputs, note="functional higher-order op")
 
 
-def _triton_functional(node: torch.fx.Node) -> Effect:
+def _triton_functional(node: torch.fx.Node, facts: FactsCache) -> Effect:
     kwargs = node.kwargs.get("kwargs")
     to_clone = node.kwargs.get("tensors_to_clone")
     if not isinstance(kwargs, dict) or not isinstance(to_clone, (list, tuple)):
@@ -309,7 +314,7 @@ def _triton_mutated_names(node: torch.fx.Node) -> Optional[list[str]]:
         return None
 
 
-def _triton_mutation(node: torch.fx.Node) -> Effect:
+def _triton_mutation(node: torch.fx.Node, facts: FactsCache) -> Effect:
     kwargs = node.kwargs.get("kwargs")
     if not isinstance(kwargs, dict):
         return unknown_effect(node, "triton_kernel_wrapper_mutation without kwargs")
@@ -321,7 +326,7 @@ def _triton_mutation(node: torch.fx.Node) -> Effect:
     return Effect(reads=reads, writes=writes, note="triton kernel")
 
 
-def _with_effects(node: torch.fx.Node, table: "EffectTable") -> Effect:
+def _with_effects(node: torch.fx.Node, facts: FactsCache) -> Effect:
     if len(node.args) < 2 or not isinstance(node.args[1], torch._ops.OpOverload):
         return unknown_effect(node, "with_effects of an unknown op")
     op = node.args[1]
@@ -366,7 +371,7 @@ class EffectTable:
     >>> import torch
     >>> from aliasing.effects import DEFAULT_EFFECTS, Effect
     >>> table = DEFAULT_EFFECTS.with_rule(torch.ops.aten.relu.default,
-    ...                                   lambda n: Effect(reads=(n.args[0],)))
+    ...                                   lambda node, facts: Effect(reads=(node.args[0],)))
     """
 
     rules: Mapping[object, EffectRule] = field(default_factory=dict)
@@ -378,28 +383,28 @@ class EffectTable:
             return EffectTable(self.rules, {**self.hop_rules, target: rule})
         return EffectTable({**self.rules, target: rule}, self.hop_rules)
 
-    def effect(self, node: torch.fx.Node) -> Effect:
-        """The effect of one ``call_*`` node."""
+    def effect(self, node: torch.fx.Node, facts: FactsCache) -> Effect:
+        """The effect of one ``call_*`` node (``facts`` is the metadata cache to read through)."""
         if node.op != "call_function":
             return unknown_effect(node, f"{node.op} is opaque")
         target = node.target
         rule = self.rules.get(target)
         if rule is not None:
-            return rule(node)
+            return rule(node, facts)
         if isinstance(target, torch._ops.OpOverload):
-            return schema_effect(node)
+            return schema_effect(node, facts)
         hop = _hop_name(target)
         if hop is not None:
             if hop == "with_effects":
-                return _with_effects(node, self)
+                return _with_effects(node, facts)
             hop_rule = self.hop_rules.get(hop)
             if hop_rule is not None:
-                return hop_rule(node)
+                return hop_rule(node, facts)
             return unknown_effect(node, f"higher-order op {hop} is analysed as opaque")
         return unknown_effect(node)
 
 
-def _getitem_placeholder(node: torch.fx.Node) -> Effect:  # resolved by the analysis itself
+def _getitem_placeholder(node: torch.fx.Node, facts: FactsCache) -> Effect:  # resolved by the analysis itself
     return Effect(note="getitem")
 
 

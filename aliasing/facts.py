@@ -11,7 +11,6 @@ storage is unknown and every consumer must treat it conservatively.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -19,31 +18,70 @@ import torch.fx
 
 from aliasing.regions import Region, SizeLike
 
-__all__ = ["TensorFacts", "tensor_facts", "output_facts", "has_meta", "same_layout", "meta_value"]
+__all__ = ["TensorFacts", "FactsCache", "facts_of_value", "tensor_facts", "is_tensor_meta", "has_meta", "same_layout", "meta_value"]
 
 
-@dataclass(frozen=True)
 class TensorFacts:
-    """Layout facts of one tensor value, read from its fake tensor."""
+    """Layout facts of one tensor value, read once from its fake tensor (immutable).
+
+    ``strides`` and ``storage_offset`` are in elements; :attr:`region` in bytes.
+    ``device``, ``is_conj`` and ``is_neg`` are read on first use.
+    """
+
+    __slots__ = ("storage_key", "sizes", "strides", "storage_offset", "dtype", "itemsize", "region", "_value")
 
     storage_key: int  #: identity of the fake storage (equal keys: same storage at trace time)
     sizes: tuple[SizeLike, ...]
-    strides: tuple[SizeLike, ...]  #: in elements
-    storage_offset: SizeLike  #: in elements
+    strides: tuple[SizeLike, ...]
+    storage_offset: SizeLike
     dtype: torch.dtype
-    device: torch.device
-    is_conj: bool
-    is_neg: bool
     itemsize: int
-    is_strided: bool  #: torch.strided layout (sparse/nested tensors are not)
+    region: Optional[Region]  #: bytes this value can touch in its storage (None: not strided)
+
+    def __init__(self, value: torch.Tensor) -> None:
+        object.__setattr__(self, "_value", value)
+        object.__setattr__(self, "sizes", tuple(value.shape))
+        dtype = value.dtype
+        object.__setattr__(self, "dtype", dtype)
+        item = dtype.itemsize
+        object.__setattr__(self, "itemsize", item)
+        try:
+            strides = tuple(value.stride())
+            offset = value.storage_offset()
+            key = value.untyped_storage()._cdata
+            region: Optional[Region] = Region(offset * item, self.sizes, tuple(st * item for st in strides), item)
+        except (RuntimeError, NotImplementedError, AttributeError):  # sparse, nested, opaque subclasses
+            strides, offset, key, region = (), 0, id(value), None
+        object.__setattr__(self, "strides", strides)
+        object.__setattr__(self, "storage_offset", offset)
+        object.__setattr__(self, "storage_key", key)
+        object.__setattr__(self, "region", region)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("TensorFacts is immutable")
 
     @property
-    def region(self) -> Optional[Region]:
-        """Bytes this value can touch in its storage (None for non-strided layouts)."""
-        if not self.is_strided:
-            return None
-        item = self.itemsize
-        return Region(self.storage_offset * item, self.sizes, tuple(s * item for s in self.strides), item)
+    def is_strided(self) -> bool:
+        """True for the torch.strided layout (sparse and nested tensors are not)."""
+        return self.region is not None
+
+    @property
+    def device(self) -> torch.device:
+        return self._value.device
+
+    @property
+    def is_conj(self) -> bool:
+        return bool(self._value.is_conj())
+
+    @property
+    def is_neg(self) -> bool:
+        return bool(self._value.is_neg())
+
+    def __repr__(self) -> str:
+        return (
+            f"TensorFacts(sizes={list(self.sizes)}, strides={list(self.strides)}, "
+            f"offset={self.storage_offset}, dtype={self.dtype})"
+        )
 
 
 def meta_value(node: torch.fx.Node) -> Any:
@@ -56,44 +94,48 @@ def has_meta(node: torch.fx.Node) -> bool:
     return "val" in node.meta
 
 
-def _facts_of(value: object) -> Optional[TensorFacts]:
+def facts_of_value(value: object) -> Optional[TensorFacts]:
+    """Facts of a tensor object (fake or real); None for anything else."""
     if not isinstance(value, torch.Tensor):
         return None
     try:
-        strided = value.layout == torch.strided
-        if strided:
-            key = value.untyped_storage()._cdata
-            strides = tuple(value.stride())
-            offset = value.storage_offset()
-        else:
-            key, strides, offset = id(value), (), 0
-        return TensorFacts(
-            storage_key=key,
-            sizes=tuple(value.size()),
-            strides=strides,
-            storage_offset=offset,
-            dtype=value.dtype,
-            device=value.device,
-            is_conj=value.is_conj(),
-            is_neg=value.is_neg(),
-            itemsize=value.element_size(),
-            is_strided=strided,
-        )
-    except Exception:  # a tensor subclass without storage/strides: unknown layout
+        return TensorFacts(value)
+    except Exception:  # a tensor subclass without sizes or dtype: unknown layout
         return None
 
 
+class FactsCache:
+    """Reads each node's metadata once; the analysis and the effect rules share one cache."""
+
+    __slots__ = ("_tensor", "_outputs")
+
+    def __init__(self) -> None:
+        self._tensor: dict[torch.fx.Node, Optional[TensorFacts]] = {}
+        self._outputs: dict[torch.fx.Node, Optional[list[Optional[TensorFacts]]]] = {}
+
+    def tensor(self, node: torch.fx.Node) -> Optional[TensorFacts]:
+        """Facts of a tensor-valued node, or None (no metadata, or not a tensor)."""
+        try:
+            return self._tensor[node]
+        except KeyError:
+            facts = facts_of_value(node.meta.get("val"))
+            self._tensor[node] = facts
+            return facts
+
+    def outputs(self, node: torch.fx.Node) -> Optional[list[Optional[TensorFacts]]]:
+        """Per-element facts of a node whose value is a tuple or list; None otherwise."""
+        try:
+            return self._outputs[node]
+        except KeyError:
+            value = node.meta.get("val")
+            out = [facts_of_value(v) for v in value] if isinstance(value, (tuple, list)) else None
+            self._outputs[node] = out
+            return out
+
+
 def tensor_facts(node: torch.fx.Node) -> Optional[TensorFacts]:
-    """Facts of a tensor-valued node, or None (no metadata, or not a tensor)."""
-    return _facts_of(node.meta.get("val"))
-
-
-def output_facts(node: torch.fx.Node) -> Optional[list[Optional[TensorFacts]]]:
-    """Per-element facts of a node whose value is a tuple or list; None otherwise."""
-    value = node.meta.get("val")
-    if isinstance(value, (tuple, list)):
-        return [_facts_of(v) for v in value]
-    return None
+    """Facts of a tensor-valued node, or None (no metadata, or not a tensor). Uncached."""
+    return facts_of_value(node.meta.get("val"))
 
 
 def is_tensor_meta(node: torch.fx.Node) -> Optional[bool]:

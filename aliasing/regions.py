@@ -290,21 +290,18 @@ def _peel(a: Region, b: Region) -> bool:
 
 def _split(region: Region, dim: int, offset: int) -> Optional[tuple[int, SizeLike, Region]]:
     """Rows of ``region`` along ``dim``: (first row, row count, in-row pattern), if the
-    pattern fits inside one period of the row stride; else None."""
+    pattern provably fits inside one period of the row stride; else None."""
     period = region.strides[dim]
-    sizes = [_static_int(s) for k, s in enumerate(region.sizes) if k != dim]
-    strides = [_static_int(s) for k, s in enumerate(region.strides) if k != dim]
-    if any(v is None for v in sizes) or any(v is None for v in strides):
-        return None
-    span = region.itemsize + sum((n - 1) * st for n, st in zip(sizes, strides) if n)  # type: ignore[operator]
+    sizes = tuple(s for k, s in enumerate(region.sizes) if k != dim)
+    strides = tuple(s for k, s in enumerate(region.strides) if k != dim)
+    span: SizeLike = region.itemsize
+    for n, st in zip(sizes, strides):
+        span = span + (n - 1) * st
     static_period = _static_int(period)
     if static_period is not None:
         q, r = divmod(offset, static_period)
-        if r + span > static_period:
-            return None
     else:
         q, r = 0, offset
-        if not _known(r + span <= period):
-            return None
-    pattern = Region(r, tuple(sizes), tuple(strides), region.itemsize)  # type: ignore[arg-type]
-    return q, region.sizes[dim], pattern
+    if not _known(r + span <= period):
+        return None
+    return q, region.sizes[dim], Region(r, sizes, strides, region.itemsize)
