@@ -21,8 +21,10 @@ these indexes; :attr:`AliasAnalysis.graph` is the same information as a
 
 from __future__ import annotations
 
+import gc
 import operator
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, Optional, Union
@@ -40,7 +42,7 @@ from aliasing.target import Target, resolve_target
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["analyze", "AliasAnalysis", "Access", "StorageInfo", "UNKNOWN_STORAGE", "NodeRef"]
+__all__ = ["analyze", "AliasAnalysis", "Access", "StorageInfo", "UNKNOWN_STORAGE", "NodeRef", "paused_gc"]
 
 #: Storage id that stands for "any storage at all".
 UNKNOWN_STORAGE = "unknown"
@@ -544,5 +546,19 @@ def analyze(
     """
     resolved = resolve_target(target, donated_inputs)
     builder = _Builder(resolved, effects)
-    builder.run()
+    with paused_gc():
+        builder.run()
     return AliasAnalysis(resolved, builder)
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector: one pass over a large graph allocates
+    many small objects and would otherwise trigger repeated full-heap collections."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -158,6 +158,7 @@ class _SchemaEffect:
     kwarg_only: tuple[bool, ...]
     arg_sets: tuple[frozenset[str], ...]
     arg_writes: tuple[bool, ...]
+    tensor_args: tuple[int, ...]  # indices of arguments whose type can hold tensors
     out_sets: tuple[frozenset[str], ...]
     list_return: bool  # a single Tensor[] return
     metadata_only: bool
@@ -177,22 +178,28 @@ def _schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
         kwarg_only=tuple(a.kwarg_only for a in schema.arguments),
         arg_sets=tuple(frozenset(a.alias_set) for a in info.args),
         arg_writes=tuple(bool(a.is_write) for a in info.args),
+        tensor_args=tuple(i for i, a in enumerate(schema.arguments) if "Tensor" in str(a.type)),
         out_sets=tuple(frozenset(o.alias_set) for o in info.outs),
         list_return=list_return,
         metadata_only=name in METADATA_ONLY or schema.name in METADATA_ONLY,
     )
 
 
-def _bound_args(node: torch.fx.Node, se: _SchemaEffect) -> list[Any]:
-    values: list[Any] = []
-    for i, name in enumerate(se.names):
-        if name in node.kwargs:
-            values.append(node.kwargs[name])
-        elif i < len(node.args) and not se.kwarg_only[i]:
-            values.append(node.args[i])
-        else:
-            values.append(None)
-    return values
+def _flat(value: Any) -> list[torch.fx.Node]:
+    """The nodes in one argument value (a node, or a possibly nested list of them)."""
+    if type(value) is torch.fx.Node:
+        return [value]
+    if isinstance(value, (list, tuple)):
+        out: list[torch.fx.Node] = []
+        for v in value:
+            if type(v) is torch.fx.Node:
+                out.append(v)
+            elif isinstance(v, (list, tuple, dict)):
+                out.extend(tensor_nodes(v))
+        return out
+    if isinstance(value, dict):
+        return tensor_nodes(value)
+    return []
 
 
 def _storage_keys(nodes: Sources, facts: FactsCache) -> dict[int, torch.fx.Node]:
@@ -204,6 +211,9 @@ def _storage_keys(nodes: Sources, facts: FactsCache) -> dict[int, torch.fx.Node]
     return keys
 
 
+_METADATA_ONLY_EFFECT = Effect(note="metadata only")
+
+
 def schema_effect(node: torch.fx.Node, facts: FactsCache) -> Effect:
     """Effect of an ``OpOverload`` call from its schema (see module docstring)."""
     op = node.target
@@ -211,21 +221,34 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache) -> Effect:
         return unknown_effect(node)
     se = _schema_effect(op)
     if se.metadata_only:
-        return Effect(note="metadata only")
-    bound = _bound_args(node, se)
-    if len(node.args) > len(se.names):
-        return unknown_effect(node, "more arguments than the schema has")
-    all_tensors = tuple(tensor_nodes((node.args, node.kwargs)))
+        return _METADATA_ONLY_EFFECT
+    args, kwargs = node.args, node.kwargs
+    if len(args) > len(se.names) or any(k not in se.names for k in kwargs):
+        return unknown_effect(node, "arguments do not match the schema")
+    tensors: list[torch.fx.Node] = []
     writes: list[torch.fx.Node] = []
     by_set: dict[str, list[torch.fx.Node]] = {}
-    for value, aset, is_write in zip(bound, se.arg_sets, se.arg_writes):
-        nodes = tensor_nodes(value)
-        if is_write:
+    for i in se.tensor_args:
+        name = se.names[i]
+        if name in kwargs:
+            value = kwargs[name]
+        elif i < len(args) and not se.kwarg_only[i]:
+            value = args[i]
+        else:
+            continue
+        nodes = _flat(value)
+        if not nodes:
+            continue
+        tensors.extend(nodes)
+        if se.arg_writes[i]:
             writes.extend(nodes)
-        for s in aset:
+        for s in se.arg_sets[i]:
             by_set.setdefault(s, []).extend(nodes)
+    all_tensors = tuple(dict.fromkeys(tensors)) if len(tensors) > 1 else tuple(tensors)
 
     def sources(aset: frozenset[str]) -> Sources:
+        if not aset:
+            return ()
         out: list[torch.fx.Node] = []
         for s in sorted(aset):
             out.extend(by_set.get(s, ()))
@@ -233,8 +256,12 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache) -> Effect:
 
     outputs: dict[object, Sources] = {}
     multi = facts.outputs(node)
+    facts_per_key: dict[object, Optional[TensorFacts]]
     if se.list_return or len(se.out_sets) > 1:
-        keys: list[object] = list(range(len(multi))) if multi is not None else []
+        if multi is not None:
+            keys: list[object] = list(range(len(multi)))
+        else:
+            keys = [] if se.list_return else list(range(len(se.out_sets)))
         for k in keys:
             aset = se.out_sets[0] if se.list_return else se.out_sets[k]  # type: ignore[index]
             outputs[k] = sources(aset)
@@ -252,7 +279,7 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache) -> Effect:
     for k, srcs in outputs.items():
         f: Optional[TensorFacts] = facts_per_key.get(k)
         if not srcs:
-            if f is not None:
+            if f is not None and all_tensors:
                 if arg_keys is None:
                     arg_keys = _storage_keys(all_tensors, facts)
                 hit = arg_keys.get(f.storage_key)

@@ -11,7 +11,7 @@ storage is unknown and every consumer must treat it conservatively.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import torch
 import torch.fx
@@ -21,14 +21,12 @@ from aliasing.regions import Region, SizeLike
 __all__ = ["TensorFacts", "FactsCache", "facts_of_value", "tensor_facts", "is_tensor_meta", "has_meta", "same_layout", "meta_value"]
 
 
-class TensorFacts:
-    """Layout facts of one tensor value, read once from its fake tensor (immutable).
+class TensorFacts(NamedTuple):
+    """Layout facts of one tensor value, read once from its fake tensor.
 
-    ``strides`` and ``storage_offset`` are in elements; :attr:`region` in bytes.
-    ``device``, ``is_conj`` and ``is_neg`` are read on first use.
+    ``strides`` and ``storage_offset`` are in elements. ``region`` is None for
+    non-strided layouts. ``device``, ``is_conj`` and ``is_neg`` are read on first use.
     """
-
-    __slots__ = ("storage_key", "sizes", "strides", "storage_offset", "dtype", "itemsize", "region", "_value")
 
     storage_key: int  #: identity of the fake storage (equal keys: same storage at trace time)
     sizes: tuple[SizeLike, ...]
@@ -36,29 +34,8 @@ class TensorFacts:
     storage_offset: SizeLike
     dtype: torch.dtype
     itemsize: int
-    region: Optional[Region]  #: bytes this value can touch in its storage (None: not strided)
-
-    def __init__(self, value: torch.Tensor) -> None:
-        object.__setattr__(self, "_value", value)
-        object.__setattr__(self, "sizes", tuple(value.shape))
-        dtype = value.dtype
-        object.__setattr__(self, "dtype", dtype)
-        item = dtype.itemsize
-        object.__setattr__(self, "itemsize", item)
-        try:
-            strides = tuple(value.stride())
-            offset = value.storage_offset()
-            key = value.untyped_storage()._cdata
-            region: Optional[Region] = Region(offset * item, self.sizes, tuple(st * item for st in strides), item)
-        except (RuntimeError, NotImplementedError, AttributeError):  # sparse, nested, opaque subclasses
-            strides, offset, key, region = (), 0, id(value), None
-        object.__setattr__(self, "strides", strides)
-        object.__setattr__(self, "storage_offset", offset)
-        object.__setattr__(self, "storage_key", key)
-        object.__setattr__(self, "region", region)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("TensorFacts is immutable")
+    region: Optional[Region]
+    value: torch.Tensor  #: the (fake) tensor the facts were read from
 
     @property
     def is_strided(self) -> bool:
@@ -67,21 +44,34 @@ class TensorFacts:
 
     @property
     def device(self) -> torch.device:
-        return self._value.device
+        return self.value.device
 
     @property
     def is_conj(self) -> bool:
-        return bool(self._value.is_conj())
+        return bool(self.value.is_conj())
 
     @property
     def is_neg(self) -> bool:
-        return bool(self._value.is_neg())
+        return bool(self.value.is_neg())
 
     def __repr__(self) -> str:
         return (
             f"TensorFacts(sizes={list(self.sizes)}, strides={list(self.strides)}, "
             f"offset={self.storage_offset}, dtype={self.dtype})"
         )
+
+
+def _read(value: torch.Tensor) -> TensorFacts:
+    sizes = tuple(value.shape)
+    dtype = value.dtype
+    item = dtype.itemsize
+    try:
+        strides = tuple(value.stride())
+        offset = value.storage_offset()
+        key = value.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError, AttributeError):  # sparse, nested, opaque subclasses
+        return TensorFacts(id(value), sizes, (), 0, dtype, item, None, value)
+    return TensorFacts(key, sizes, strides, offset, dtype, item, Region(offset, sizes, strides, item), value)
 
 
 def meta_value(node: torch.fx.Node) -> Any:
@@ -99,7 +89,7 @@ def facts_of_value(value: object) -> Optional[TensorFacts]:
     if not isinstance(value, torch.Tensor):
         return None
     try:
-        return TensorFacts(value)
+        return _read(value)
     except Exception:  # a tensor subclass without sizes or dtype: unknown layout
         return None
 

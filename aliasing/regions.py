@@ -1,9 +1,10 @@
 """Regions: the bytes a tensor value can touch inside its storage, and overlap tests.
 
-A :class:`Region` is a strided set of elements: byte offset ``offset`` plus
+A :class:`Region` is a strided set of elements: element offset ``offset`` plus
 ``sum(i_k * strides[k])`` for ``0 <= i_k < sizes[k]``, each element covering
-``itemsize`` bytes. All quantities are in **bytes**. Sizes, strides and the
-offset may be ``torch.SymInt`` (dynamic shapes).
+``itemsize`` bytes (offset and strides count elements, as tensors report them;
+overlap is decided in bytes, so regions of different dtypes compare exactly).
+Sizes, strides and the offset may be ``torch.SymInt`` (dynamic shapes).
 
 :func:`regions_may_overlap` answers "can these two regions touch a common
 byte?" It is exact for concrete regions (a bounded Diophantine solver with a
@@ -23,8 +24,8 @@ Anything else answers ``True`` ("may overlap"): unknown is never "no".
 
 Example
 -------
->>> q = Region(offset=0, sizes=(4, 8), strides=(96, 4), itemsize=4)
->>> k = Region(offset=32, sizes=(4, 8), strides=(96, 4), itemsize=4)
+>>> q = Region(offset=0, sizes=(4, 8), strides=(24, 1), itemsize=4)
+>>> k = Region(offset=8, sizes=(4, 8), strides=(24, 1), itemsize=4)
 >>> regions_may_overlap(q, k)
 False
 """
@@ -32,9 +33,8 @@ False
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Optional, Union
+from typing import NamedTuple, Optional, Union
 
 import torch
 
@@ -46,9 +46,9 @@ SizeLike = Union[int, torch.SymInt]
 WORK_LIMIT = 20_000
 
 
-@dataclass(frozen=True)
-class Region:
-    """A strided byte region inside one storage (all fields in bytes except ``sizes``)."""
+class Region(NamedTuple):
+    """A strided region inside one storage: offset, sizes and strides in **elements**
+    of ``itemsize`` bytes (as tensors report them). Overlap is decided in bytes."""
 
     offset: SizeLike
     sizes: tuple[SizeLike, ...]
@@ -62,8 +62,13 @@ class Region:
             type(s) is int for s in self.strides
         )
 
+    def in_bytes(self) -> "Region":
+        """The same region with offset and strides in bytes and ``itemsize`` kept."""
+        item = self.itemsize
+        return Region(self.offset * item, self.sizes, tuple(s * item for s in self.strides), item)
+
     def describe(self) -> str:
-        """A short text form: ``offset+[sizes]:[strides]xitemsize`` (bytes)."""
+        """A short text form: ``offset+[sizes]:[strides]xitemsize`` (elements)."""
         sizes = ",".join(str(s) for s in self.sizes)
         strides = ",".join(str(s) for s in self.strides)
         return f"{self.offset}+[{sizes}]:[{strides}]x{self.itemsize}"
@@ -99,18 +104,18 @@ def regions_may_overlap(a: Region, b: Region) -> bool:
     Parameters
     ----------
     a, b : Region
-        Regions in the same storage.
+        Regions in the same storage (offsets and strides in elements).
 
     Examples
     --------
-    >>> even = Region(0, (4, 4), (32, 8), 4)   # x[:, ::2] of a 4x8 float tensor
-    >>> odd = Region(4, (4, 4), (32, 8), 4)    # x[:, 1::2]
+    >>> even = Region(0, (4, 4), (8, 2), 4)   # x[:, ::2] of a 4x8 float tensor
+    >>> odd = Region(1, (4, 4), (8, 2), 4)    # x[:, 1::2]
     >>> regions_may_overlap(even, odd)
     False
     """
     if a.is_concrete and b.is_concrete:
         return _concrete_overlap(_key(a), _key(b))
-    return _symbolic_overlap(a, b)
+    return _symbolic_overlap(a.in_bytes(), b.in_bytes())
 
 
 # ---------------------------------------------------------------------------
@@ -118,7 +123,8 @@ def regions_may_overlap(a: Region, b: Region) -> bool:
 
 
 def _key(r: Region) -> tuple[int, tuple[int, ...], tuple[int, ...], int]:
-    return (int(r.offset), tuple(int(s) for s in r.sizes), tuple(int(s) for s in r.strides), r.itemsize)
+    item = r.itemsize
+    return (int(r.offset) * item, tuple(int(s) for s in r.sizes), tuple(int(s) * item for s in r.strides), item)
 
 
 Key = tuple[int, tuple[int, ...], tuple[int, ...], int]
@@ -245,6 +251,16 @@ class _TooHard(Exception):
 # symbolic regions
 
 
+def _bytes_overlap(a: Region, b: Region) -> bool:
+    """Overlap of two regions already in bytes (``itemsize`` = element extent)."""
+    if a.is_concrete and b.is_concrete:
+        return _concrete_overlap(
+            (int(a.offset), tuple(int(s) for s in a.sizes), tuple(int(s) for s in a.strides), a.itemsize),
+            (int(b.offset), tuple(int(s) for s in b.sizes), tuple(int(s) for s in b.strides), b.itemsize),
+        )
+    return _symbolic_overlap(a, b)
+
+
 def _symbolic_overlap(a: Region, b: Region) -> bool:
     if _is_empty(a) or _is_empty(b):
         return False
@@ -281,7 +297,7 @@ def _peel(a: Region, b: Region) -> bool:
             if split_a is None or split_b is None:
                 continue
             (qa, na, pat_a), (qb, nb, pat_b) = split_a, split_b
-            if not regions_may_overlap(pat_a, pat_b):
+            if not _bytes_overlap(pat_a, pat_b):
                 return False
             if _known(qa + na <= qb) or _known(qb + nb <= qa):
                 return False

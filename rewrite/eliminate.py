@@ -10,6 +10,7 @@ import torch
 import torch.fx
 
 from aliasing import analyze
+from aliasing.analysis import paused_gc
 from aliasing.errors import AliasingError
 from rewrite.apply import apply_decisions
 from rewrite.decisions import CloneEliminationReport, Decision, Reason
@@ -93,7 +94,8 @@ def eliminate_clones(
     candidates = [n for n in graph.nodes if is_clone_candidate(n)]
     try:
         analysis = analyze(target, donated_inputs=donated)
-        decisions = plan_clone_elimination(analysis, candidates)
+        with paused_gc():
+            decisions = plan_clone_elimination(analysis, candidates)
     except Exception as e:
         if strict:
             if isinstance(e, AliasingError):
@@ -104,7 +106,8 @@ def eliminate_clones(
         return CloneEliminationReport(
             tuple(Decision(n.name, "keep", Reason.INTERNAL_ERROR, (), str(n.args[0])) for n in candidates), message
         )
-    replaced = apply_decisions(graph, decisions)
+    with paused_gc():
+        replaced = apply_decisions(graph, decisions)
     if replaced:
         if isinstance(target, torch.export.ExportedProgram):
             _rename_exported_outputs(target, replaced)
