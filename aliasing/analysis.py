@@ -551,14 +551,25 @@ def analyze(
     return AliasAnalysis(resolved, builder)
 
 
+_gc_depth = 0
+
+
 @contextmanager
 def paused_gc() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector: one pass over a large graph allocates
-    many small objects and would otherwise trigger repeated full-heap collections."""
-    enabled = gc.isenabled()
-    gc.disable()
+    """Keep Python's cyclic garbage collector off the objects that exist already.
+
+    One pass over a large graph allocates many small objects; each collection
+    they trigger would otherwise traverse the whole heap (every node and fake
+    tensor of the graph). ``gc.freeze`` moves the existing objects out of the
+    collector's sight for the duration; ``gc.unfreeze`` puts them back.
+    """
+    global _gc_depth
+    _gc_depth += 1
+    if _gc_depth == 1:
+        gc.freeze()
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        _gc_depth -= 1
+        if _gc_depth == 0:
+            gc.unfreeze()

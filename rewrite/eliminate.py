@@ -57,7 +57,9 @@ def eliminate_clones(
 ) -> CloneEliminationReport:
     """Remove every ``clone`` whose copy the program does not need, and none that it does.
 
-    The target is rewritten in place (a GraphModule is recompiled). Conditions
+    The target is rewritten in place: a GraphModule or ExportedProgram is
+    recompiled; a bare ``Graph`` is left for its owner to recompile, as pass
+    managers expect. Conditions
     C1-C7 (see :mod:`rewrite.planner`) decide each candidate: ``aten.clone``
     (with or without ``memory_format``) and ``aten._to_copy`` that changes
     nothing. Running it twice changes nothing the second time.
@@ -114,8 +116,8 @@ def eliminate_clones(
             target.graph_module.recompile()
         elif isinstance(target, torch.fx.GraphModule):
             target.recompile()
-        elif isinstance(getattr(graph, "owning_module", None), torch.fx.GraphModule):
-            graph.owning_module.recompile()  # type: ignore[union-attr]
+        # A bare Graph is rewritten in place and left to its owner to recompile, as pass
+        # managers (Inductor's post-grad passes, vLLM's) expect.
     report = CloneEliminationReport(tuple(decisions))
     for d in decisions:
         log.debug("%s %s: %s %s", d.action, d.node, d.reason, ", ".join(d.evidence))
