@@ -11,6 +11,8 @@
   points to :data:`UNKNOWN_STORAGE`, which may alias everything;
 - every value whose points-to set is a single known storage gets its
   :class:`~aliasing.regions.Region` from its fake tensor;
+- a value whose storage or layout an op mutates in place (``set_``, ``t_``,
+  ``resize_``, ``as_strided_``...) may alias anything and has no region;
 - every read and write of a node is recorded, in graph order, against the
   storages it touches (:class:`Access`). Unknown ops touch whole storages.
 
@@ -32,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 import torch
 import torch.fx
 
-from aliasing.effects import DEFAULT_EFFECTS, SINGLE, Effect, EffectTable, tensor_nodes
+from aliasing.effects import DEFAULT_EFFECTS, SINGLE, Effect, EffectTable, mutates_metadata, tensor_nodes
 from aliasing.errors import UnknownNodeError, describe_node
 from aliasing.facts import FactsCache, TensorFacts, facts_of_value, is_tensor_meta
 from aliasing.regions import Region, regions_may_overlap
@@ -102,6 +104,7 @@ class _Builder:
         self.placeholder_storage: dict[int, int] = {}
         self.constant_storage: dict[object, int] = {}
         self.boundary: list[int] = []  # storages of inputs, parameters, buffers, constants
+        self.metadata_mutated: set[torch.fx.Node] = set()
 
     # -- storages -------------------------------------------------------------
     def new_storage(self, role: Role, origin: torch.fx.Node, note: str = "") -> int:
@@ -112,6 +115,10 @@ class _Builder:
         return i
 
     def bind(self, node: torch.fx.Node, pts: frozenset[int], facts: Optional[TensorFacts]) -> None:
+        if node in self.metadata_mutated:
+            # Its storage or layout changes later in the program (set_, t_, resize_, ...):
+            # the value may be anywhere, and its metadata describes only one moment.
+            pts = pts | {_U}
         self.points_to[node] = pts
         for s in pts:
             self.members[s].append(node)
@@ -133,6 +140,11 @@ class _Builder:
 
     # -- nodes ----------------------------------------------------------------
     def run(self) -> None:
+        self.metadata_mutated = {
+            n.args[0]
+            for n in self.target.graph.nodes
+            if n.op == "call_function" and n.args and isinstance(n.args[0], torch.fx.Node) and mutates_metadata(n.target)
+        }
         for pos, node in enumerate(self.target.graph.nodes):
             self.position[node] = pos
             if node.op == "placeholder":

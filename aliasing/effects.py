@@ -50,6 +50,7 @@ __all__ = [
     "DEFAULT_EFFECTS",
     "SINGLE",
     "tensor_nodes",
+    "mutates_metadata",
 ]
 
 #: Output key of a node whose value is itself a tensor (not a tuple).
@@ -212,6 +213,16 @@ def _storage_keys(nodes: Sources, facts: FactsCache) -> dict[int, torch.fx.Node]
 
 
 _METADATA_ONLY_EFFECT = Effect(note="metadata only")
+
+_METADATA_MUTATING = frozenset({"aten::set_", "aten::resize_", "aten::resize_as_", "aten::_unsafe_set", "aten::swap_"})
+
+
+def mutates_metadata(target: object) -> bool:
+    """True for ops that change their first argument's storage, sizes or strides in place
+    (``set_``, ``resize_``, and the ``inplace_view`` ops such as ``t_`` and ``as_strided_``)."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    return torch.Tag.inplace_view in target.tags or target._schema.name in _METADATA_MUTATING
 
 
 def schema_effect(node: torch.fx.Node, facts: FactsCache) -> Effect:

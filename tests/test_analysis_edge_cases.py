@@ -1,0 +1,78 @@
+"""Edge cases of the analysis, each checked against a real run with the memory oracle."""
+
+from __future__ import annotations
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import aliasing
+from aliasing import UNKNOWN_STORAGE
+from rewrite import eliminate_clones
+from rewrite.testing import check_analysis, check_equivalent, copy_program
+
+
+def test_metadata_mutation_makes_the_value_unknown() -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a = x * 1
+        a.t_()
+        a[0].add_(1)
+        z = y * 1
+        z.set_(a)  # z now lives in a's storage
+        z.add_(2)
+        return a, z
+
+    inputs = lambda: [torch.randn(3, 3), torch.randn(3, 3)]  # noqa: E731
+    gm = make_fx(f, tracing_mode="fake")(*inputs())
+    analysis = aliasing.analyze(gm)
+    check_analysis(analysis, gm, inputs())
+    assert UNKNOWN_STORAGE in analysis.storage_of("mul_1")
+    assert analysis.region_of("mul") is None
+
+
+def test_clone_of_value_whose_layout_mutates_is_kept() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        a = x * 1
+        c = a.clone()
+        a.t_()
+        return c + a
+
+    inputs = lambda: [torch.randn(3, 3)]  # noqa: E731
+    gm = make_fx(f, tracing_mode="fake")(*inputs())
+    rewritten = copy_program(gm)
+    report = eliminate_clones(rewritten, strict=True)
+    assert report.removed == ()
+    check_equivalent(gm, rewritten, inputs)
+
+
+def test_unsafe_view_aliases_despite_its_schema() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        c = (x * 2).clone()
+        v = torch.ops.aten._unsafe_view(c, (-1,))
+        v.add_(1)
+        return c
+
+    inputs = lambda: [torch.randn(2, 3)]  # noqa: E731
+    gm = make_fx(f, tracing_mode="fake")(*inputs())
+    analysis = aliasing.analyze(gm)
+    assert analysis.may_alias("clone", "_unsafe_view")
+    assert [n.name for n in analysis.writers("clone")] == ["add_"]
+    check_analysis(analysis, gm, inputs())
+
+
+def test_storage_graph_schema() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        q, k = x.split(2, dim=-1)
+        q.mul_(2)
+        return k + 1
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(3, 4))
+    g = aliasing.analyze(gm).graph
+    kinds = {attrs["kind"] for _, attrs in g.nodes(data=True)}
+    assert kinds == {"value", "storage", "op"}
+    assert g.has_edge("op:mul_", "value:getitem", key="writes")
+    assert g.has_edge("value:getitem", "storage:s0", key="lives_in")
+    assert g.has_edge("op:add", "value:getitem_1", key="reads")
+    for _, _, attrs in g.edges(data=True):
+        assert all(isinstance(v, (str, int, float)) for v in attrs.values())
+    for _, attrs in g.nodes(data=True):
+        assert all(isinstance(v, (str, int, float)) for v in attrs.values())
