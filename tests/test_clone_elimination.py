@@ -327,3 +327,42 @@ def test_exported_program_with_mutated_buffer() -> None:
     module = ep.module()
     out, count = module(*inputs())
     assert torch.equal(count, torch.ones(8))
+
+
+# --- a pipeline's lowering of a functional fused op: clone, then an in-place kernel ---
+
+
+@torch.library.custom_op("fxa_test::fused_add_rms_norm_", mutates_args=("x", "residual"))
+def fused_add_rms_norm_(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> None:
+    """In-place: residual += x; x = rms_norm(residual) * weight."""
+    residual.add_(x)
+    x.copy_(residual * torch.rsqrt(residual.pow(2).mean(-1, keepdim=True) + 1e-6) * weight)
+
+
+@fused_add_rms_norm_.register_fake
+def _(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> None:
+    return None
+
+
+def _lowered_block(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    h = x * 2  # an intermediate, dead after the clone
+    out = h.clone()
+    res = residual.clone()  # a graph input: the clone protects the caller's tensor
+    fused_add_rms_norm_(out.view(-1, out.shape[-1]), res.view(-1, res.shape[-1]), weight)
+    return out, res
+
+
+def _block_inputs() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return [torch.randn(2, 3, 8, generator=g), torch.randn(2, 3, 8, generator=g), torch.randn(8, generator=g)]
+
+
+@pytest.mark.parametrize("mode", ["fake", "symbolic"])
+def test_lowered_fused_op_through_view(mode: str) -> None:
+    decisions = rewrite_and_check(_lowered_block, _block_inputs, mode=mode)
+    assert decisions == {"clone": REMOVE, "clone_1": ("keep", Reason.WRITES_CALLER_MEMORY)}
+
+
+def test_lowered_fused_op_with_donated_residual() -> None:
+    decisions = rewrite_and_check(_lowered_block, _block_inputs, donated=(1,))
+    assert decisions == {"clone": REMOVE, "clone_1": REMOVE}
