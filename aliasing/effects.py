@@ -455,3 +455,10 @@ DEFAULT_EFFECTS = EffectTable(
         "triton_kernel_wrapper_mutation": _triton_mutation,
     },
 )
+
+
+# Control-flow higher-order ops (cond, while_loop, invoke_subgraph, wrap-like ops) analyse their
+# subgraphs; aliasing.subgraphs needs the names above, so it is imported last.
+from aliasing.subgraphs import with_control_flow  # noqa: E402
+
+DEFAULT_EFFECTS = with_control_flow(DEFAULT_EFFECTS)

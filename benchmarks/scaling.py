@@ -1,0 +1,486 @@
+"""Scaling benchmark of ``aliasing.analyze`` and ``rewrite.eliminate_clones``.
+
+Run from the repository root::
+
+    python -m benchmarks.scaling                       # 1k, 16k, 64k nodes; writes benchmarks/results/scaling.json
+    python -m benchmarks.scaling --sizes 1k,16k --repeats 3 --out /tmp/s.json
+
+What is measured, per graph size, in one process and on the same graph
+(:func:`benchmarks.synthetic.build_transformer_graph`):
+
+- ``bare``: :func:`bare_traversal`, the floor any analysis pays: visit every
+  node in graph order, read ``node.meta.get("val")`` and, for each tensor in it
+  (tuples and lists are walked), its storage identity
+  (``untyped_storage()._cdata``), ``size()``, ``stride()``,
+  ``storage_offset()`` and ``dtype``.
+- ``analyze``: ``aliasing.analyze(gm)``.
+- ``eliminate``: ``rewrite.eliminate_clones`` on a fresh copy of the graph
+  (``rewrite.testing.copy_program``; the copy is made before the clock
+  starts). It includes the analysis, the planning, the rewrite and the
+  recompilation of the ``GraphModule``.
+
+The three run interleaved, one round after another (``--repeats`` rounds, or
+``--large-repeats`` for graphs of 32k nodes and more), each after a
+``gc.collect()``. Each call is timed with two clocks: wall time
+(``time.perf_counter``) and the process's CPU time (``time.process_time``);
+on a machine shared with other jobs the wall time of identical runs varies up
+to twofold while the CPU time stays within about 20%, so both are reported and
+the targets are judged on each. Medians are reported; ratios to ``bare`` are
+taken at the largest size, growth factors between the two largest sizes
+(16k -> 64k).
+
+Side by side, the script compares ``eliminate_clones`` with the UNSOUND
+output-only baseline (:mod:`rewrite.baseline`) on a small synthetic graph
+(``--check-size``) and on the named programs of :mod:`benchmarks.programs`:
+clones removed by each, whether ``rewrite.testing.check_equivalent`` accepts the
+whole rewritten program, and how many of the baseline's removals it rejects
+when each is applied alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx
+from torch import Tensor
+
+import aliasing
+import rewrite
+from benchmarks.programs import PROGRAMS, NamedProgram
+from benchmarks.synthetic import build_transformer_graph, count_nodes, layers_for_nodes
+from rewrite.baseline import output_only_clone_elimination, plan_output_only, remove_clones
+from rewrite.errors import NotEquivalent
+from rewrite.planner import is_clone_candidate
+from rewrite.testing import check_equivalent, copy_program
+
+__all__ = [
+    "TARGETS",
+    "bare_traversal",
+    "compare_on_graph",
+    "compare_on_programs",
+    "main",
+    "parse_size",
+    "time_size",
+]
+
+#: Targets of issues 2 and 3: max ratio to the bare traversal at the largest size,
+#: max growth between the two largest sizes (16k -> 64k nodes).
+TARGETS: dict[str, dict[str, float]] = {
+    "analyze": {"ratio_to_bare": 25.0, "growth": 4.5},
+    "eliminate": {"ratio_to_bare": 40.0, "growth": 4.5},
+}
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "scaling.json"
+LARGE_NODES = 32_000
+#: ``"wall"``: elapsed time (``time.perf_counter``); ``"cpu"``: CPU time of the
+#: process (``time.process_time``), which time spent waiting for a shared CPU does not inflate.
+CLOCKS = ("wall", "cpu")
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def _read_val(val: object) -> int:
+    if isinstance(val, Tensor):
+        facts = (
+            val.untyped_storage()._cdata,
+            tuple(val.size()),
+            tuple(val.stride()),
+            val.storage_offset(),
+            val.dtype,
+        )
+        return len(facts)
+    if isinstance(val, (tuple, list)):
+        return sum(_read_val(v) for v in val)
+    return 0
+
+
+def bare_traversal(gm: torch.fx.GraphModule) -> int:
+    """Read every node's ``meta['val']`` and each tensor's storage, sizes, strides, offset, dtype.
+
+    Returns the number of facts read (so the work cannot be skipped).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> gm = make_fx(lambda x: x.clone(), tracing_mode="fake")(torch.randn(2))
+    >>> bare_traversal(gm)  # two tensors, five facts each
+    10
+    """
+    n = 0
+    for node in gm.graph.nodes:
+        n += _read_val(node.meta.get("val"))
+    return n
+
+
+def _timed(fn: Callable[[], object]) -> tuple[float, float]:
+    """``(wall seconds, CPU seconds of this process)`` of one call, after a ``gc.collect()``."""
+    gc.collect()
+    cpu = time.process_time()
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start, time.process_time() - cpu
+
+
+def parse_size(text: str) -> int:
+    """``"16k"`` -> 16000, ``"900"`` -> 900 (node counts).
+
+    Examples
+    --------
+    >>> parse_size("64k"), parse_size("1000")
+    (64000, 1000)
+    """
+    t = text.strip().lower()
+    value = int(float(t[:-1]) * 1000) if t.endswith("k") else int(t)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    return value
+
+
+def _count_clones(gm: torch.fx.GraphModule) -> int:
+    return sum(1 for n in gm.graph.nodes if is_clone_candidate(n))
+
+
+def time_size(nodes: int, repeats: int, *, log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Build the synthetic graph of about ``nodes`` nodes and time bare/analyze/eliminate on it.
+
+    Parameters
+    ----------
+    nodes : int
+        Target node count (the layer count is chosen by ``layers_for_nodes``).
+    repeats : int
+        Interleaved rounds; each round times all three once.
+    log : callable
+        Receives progress lines.
+
+    Returns
+    -------
+    dict
+        ``layers``, ``nodes``, ``clones``, ``build_s``; per measure and clock
+        (``result["analyze"]["cpu"]``) ``runs_s`` and ``median_s``; and the
+        clones ``eliminate_clones`` and the baseline remove.
+
+    Examples
+    --------
+    >>> r = time_size(200, 1)
+    >>> r["nodes"] > 100 and r["eliminate"]["removed"] > 0
+    True
+    """
+    layers = layers_for_nodes(nodes)
+    start = time.perf_counter()
+    gm, _ = build_transformer_graph(layers)
+    build_s = time.perf_counter() - start
+    size = count_nodes(gm)
+    log(f"  built {size} nodes ({layers} layers) in {build_s:.1f}s")
+    runs: dict[str, list[tuple[float, float]]] = {"bare": [], "analyze": [], "eliminate": []}
+    removed = kept = 0
+    for r in range(repeats):
+        runs["bare"].append(_timed(lambda: bare_traversal(gm)))
+        runs["analyze"].append(_timed(lambda: aliasing.analyze(gm)))
+        fresh = _copy(gm)
+        reports: list[rewrite.CloneEliminationReport] = []
+        runs["eliminate"].append(_timed(lambda: reports.append(rewrite.eliminate_clones(fresh))))
+        removed, kept = len(reports[0].removed), len(reports[0].kept)
+        log(
+            f"  round {r + 1}/{repeats} (wall/cpu s): "
+            + "  ".join(f"{k} {v[-1][0]:.3f}/{v[-1][1]:.3f}" for k, v in runs.items())
+        )
+    result: dict[str, Any] = {
+        "target_nodes": nodes,
+        "layers": layers,
+        "nodes": size,
+        "clones": _count_clones(gm),
+        "build_s": round(build_s, 3),
+        "repeats": repeats,
+    }
+    for key, values in runs.items():
+        result[key] = {}
+        for i, clock in enumerate(CLOCKS):
+            series = [v[i] for v in values]
+            result[key][clock] = {"runs_s": [round(v, 5) for v in series], "median_s": statistics.median(series)}
+    result["eliminate"].update(removed=removed, kept=kept)
+    result["baseline_removed"] = len(plan_output_only(gm.graph))
+    return result
+
+
+def summarise(sizes: Sequence[dict[str, Any]], clock: str = "cpu") -> dict[str, Any]:
+    """Ratios to ``bare`` at the largest size and growth between the two largest sizes.
+
+    ``clock`` is ``"cpu"`` (process CPU time) or ``"wall"`` (elapsed time).
+
+    Examples
+    --------
+    >>> def row(n, b, a, e):
+    ...     return {"nodes": n, **{k: {"cpu": {"median_s": v}} for k, v in (("bare", b), ("analyze", a), ("eliminate", e))}}
+    >>> s = summarise([row(16, 1.0, 4.0, 8.0), row(64, 4.0, 16.0, 40.0)])
+    >>> s["analyze"]["ratio_to_bare"], s["eliminate"]["growth"], s["eliminate"]["meets_targets"]
+    (4.0, 5.0, False)
+    """
+    ordered = sorted(sizes, key=lambda r: r["nodes"])
+    if not ordered:
+        return {}
+    big = ordered[-1]
+    prev = ordered[-2] if len(ordered) > 1 else None
+
+    def t(row: dict[str, Any], key: str) -> float:
+        return float(row[key][clock]["median_s"])
+
+    out: dict[str, Any] = {"largest_nodes": big["nodes"], "growth_from_nodes": prev["nodes"] if prev else None}
+    if prev is not None:
+        out["bare_growth"] = t(big, "bare") / t(prev, "bare")
+    for key, target in TARGETS.items():
+        ratio = t(big, key) / t(big, "bare")
+        growth = t(big, key) / t(prev, key) if prev is not None else None
+        entry: dict[str, Any] = {"ratio_to_bare": ratio, "growth": growth, "targets": target}
+        entry["meets_targets"] = ratio <= target["ratio_to_bare"] and (growth is None or growth <= target["growth"])
+        out[key] = entry
+    return out
+
+
+# --------------------------------------------------------------------------- side by side
+
+
+def _rejection(
+    original: torch.fx.GraphModule,
+    rewritten: torch.fx.GraphModule,
+    inputs: Callable[[], Sequence[Any]],
+    donated: Sequence[int],
+) -> str | None:
+    """``None`` if ``check_equivalent`` accepts ``rewritten``, else the failed clause."""
+    try:
+        check_equivalent(original, rewritten, inputs, donated_inputs=donated)
+    except NotEquivalent as e:
+        return e.clause
+    return None
+
+
+def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    new = copy_program(gm)
+    if not isinstance(new, torch.fx.GraphModule):
+        raise TypeError("copy_program returned a non-GraphModule for a GraphModule")
+    return new
+
+
+def compare(
+    gm: torch.fx.GraphModule,
+    inputs: Callable[[], Sequence[Any]],
+    *,
+    donated_inputs: Sequence[int] = (),
+) -> dict[str, Any]:
+    """Run ``eliminate_clones`` and the baseline on copies of ``gm``; check every removal.
+
+    Returns
+    -------
+    dict
+        ``clones``; ``ours``: ``removed`` (names), ``rejected`` (clause or None);
+        ``baseline``: ``removed``, ``rejected`` (whole program), and
+        ``rejected_alone``: ``{clone: clause}`` for each baseline removal that
+        ``check_equivalent`` rejects when applied alone.
+
+    Examples
+    --------
+    >>> from benchmarks.programs import program
+    >>> p = program("two_clones_written")
+    >>> r = compare(p.trace(), p.inputs)
+    >>> len(r["ours"]["removed"]), r["ours"]["rejected"], len(r["baseline"]["removed"]), r["baseline"]["rejected"]
+    (1, None, 2, 'output')
+    """
+    ours = _copy(gm)
+    report = rewrite.eliminate_clones(ours, donated_inputs=donated_inputs)
+    base = _copy(gm)
+    base_removed = output_only_clone_elimination(base)
+    alone: dict[str, str] = {}
+    for name in base_removed:
+        single = _copy(gm)
+        remove_clones(single, [name])
+        clause = _rejection(gm, single, inputs, donated_inputs)
+        if clause is not None:
+            alone[name] = clause
+    return {
+        "clones": _count_clones(gm),
+        "ours": {"removed": list(report.removed), "rejected": _rejection(gm, ours, inputs, donated_inputs)},
+        "baseline": {
+            "removed": base_removed,
+            "rejected": _rejection(gm, base, inputs, donated_inputs),
+            "rejected_alone": alone,
+        },
+    }
+
+
+def compare_on_graph(nodes: int) -> dict[str, Any]:
+    """:func:`compare` on the synthetic graph of about ``nodes`` nodes, with real inputs."""
+    layers = layers_for_nodes(nodes)
+    gm, inputs = build_transformer_graph(layers)
+    result = compare(gm, inputs)
+    result.update(nodes=count_nodes(gm), layers=layers)
+    return result
+
+
+def compare_on_programs(programs: Sequence[NamedProgram] = PROGRAMS) -> list[dict[str, Any]]:
+    """:func:`compare` on each named program; adds ``name``, ``case`` and ``sound_removals``."""
+    rows = []
+    for p in programs:
+        row = compare(p.trace(), lambda p=p: p.inputs(seed=1), donated_inputs=p.donated_inputs)
+        row.update(name=p.name, case=p.case, sound_removals=p.sound_removals)
+        rows.append(row)
+    return rows
+
+
+def comparison_totals(rows: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """Totals over :func:`compare` rows."""
+    return {
+        "programs": len(rows),
+        "clones": sum(r["clones"] for r in rows),
+        "sound_removals": sum(r.get("sound_removals", 0) for r in rows),
+        "ours_removed": sum(len(r["ours"]["removed"]) for r in rows),
+        "ours_programs_rejected": sum(r["ours"]["rejected"] is not None for r in rows),
+        "baseline_removed": sum(len(r["baseline"]["removed"]) for r in rows),
+        "baseline_programs_rejected": sum(r["baseline"]["rejected"] is not None for r in rows),
+        "baseline_removals_rejected_alone": sum(len(r["baseline"]["rejected_alone"]) for r in rows),
+    }
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _machine() -> dict[str, Any]:
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = []
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "loadavg_at_start": load,
+    }
+
+
+def format_table(sizes: Sequence[dict[str, Any]], summary: dict[str, Any], clock: str = "cpu") -> str:
+    """The timing table of one clock printed by :func:`main` (also pasted into benchmarks/README.md)."""
+    lines = [
+        f"{clock} time, medians:",
+        "",
+        "| nodes | layers | clones | bare (ms) | analyze (ms) | eliminate (ms) | analyze/bare | eliminate/bare |"
+        " removed (ours) | removed (baseline) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in sorted(sizes, key=lambda r: r["nodes"]):
+        b, a, e = (r[k][clock]["median_s"] * 1000 for k in ("bare", "analyze", "eliminate"))
+        lines.append(
+            f"| {r['nodes']} | {r['layers']} | {r['clones']} | {b:.1f} | {a:.0f} | {e:.0f} | {a / b:.1f}x | {e / b:.1f}x"
+            f" | {r['eliminate']['removed']} | {r['baseline_removed']} |"
+        )
+    lines.append("")
+    for key in ("analyze", "eliminate"):
+        s = summary.get(key)
+        if s:
+            growth = "n/a" if s["growth"] is None else f"{s['growth']:.2f}x"
+            t = s["targets"]
+            lines.append(
+                f"{key}: {s['ratio_to_bare']:.1f}x bare at {summary['largest_nodes']} nodes"
+                f" (target <= {t['ratio_to_bare']:.0f}x), growth {summary['growth_from_nodes']} -> "
+                f"{summary['largest_nodes']}: {growth} (target <= {t['growth']}x):"
+                f" {'MET' if s['meets_targets'] else 'NOT MET'}"
+            )
+    if summary.get("bare_growth") is not None:
+        lines.append(f"bare traversal growth: {summary['bare_growth']:.2f}x")
+    return "\n".join(lines)
+
+
+def format_programs(rows: Sequence[dict[str, Any]]) -> str:
+    """The side-by-side table of the named programs."""
+    lines = [
+        "| program | case | clones | sound | ours | ours rejected | baseline | baseline rejected | rejected alone |",
+        "|---|---|---:|---:|---:|---|---:|---|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['name']} | {r['case']} | {r['clones']} | {r['sound_removals']} | {len(r['ours']['removed'])}"
+            f" | {r['ours']['rejected'] or '-'} | {len(r['baseline']['removed'])} | {r['baseline']['rejected'] or '-'}"
+            f" | {len(r['baseline']['rejected_alone'])} |"
+        )
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Command-line options of the benchmark."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__.split("\n")[0])
+    p.add_argument("--sizes", default="1k,16k,64k", help="comma-separated node counts (e.g. 1k,16k,64k)")
+    p.add_argument("--repeats", type=int, default=5, help="timing rounds per size (default 5)")
+    p.add_argument(
+        "--large-repeats", type=int, default=3, help=f"timing rounds for sizes of {LARGE_NODES} nodes and more (default 3)"
+    )
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON output path")
+    p.add_argument(
+        "--check-size", type=parse_size, default=200, help="synthetic graph size for the equivalence check (default 200)"
+    )
+    p.add_argument("--no-compare", action="store_true", help="skip the side-by-side equivalence comparison")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark, print the tables and write the JSON; returns the exit status.
+
+    Examples
+    --------
+    >>> main(["--sizes", "200", "--repeats", "1", "--no-compare", "--out", "/tmp/fxa_doctest.json"])  # doctest: +SKIP
+    0
+    """
+    args = build_parser().parse_args(argv)
+    if args.repeats < 1 or args.large_repeats < 1:
+        raise SystemExit("--repeats and --large-repeats must be >= 1")
+    sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    result: dict[str, Any] = {"machine": _machine(), "targets": TARGETS, "sizes": []}
+    for n in sizes:
+        repeats = args.large_repeats if n >= LARGE_NODES else args.repeats
+        log(f"size ~{n} nodes, {repeats} rounds")
+        result["sizes"].append(time_size(n, repeats, log=log))
+    result["summary"] = {clock: summarise(result["sizes"], clock) for clock in CLOCKS}
+    for clock in ("cpu", "wall"):
+        print(format_table(result["sizes"], result["summary"][clock], clock), end="\n\n")
+
+    if not args.no_compare:
+        log(f"equivalence check on the ~{args.check_size}-node synthetic graph")
+        graph_row = compare_on_graph(args.check_size)
+        result["synthetic_comparison"] = graph_row
+        log("equivalence check on the named programs")
+        rows = compare_on_programs()
+        result["programs"] = rows
+        result["program_totals"] = comparison_totals(rows)
+        base = graph_row["baseline"]
+        print(
+            f"\nsynthetic graph, {graph_row['nodes']} nodes, {graph_row['clones']} clones:"
+            f" ours removed {len(graph_row['ours']['removed'])} (rejected: {graph_row['ours']['rejected'] or 'no'});"
+            f" baseline removed {len(base['removed'])} (program rejected: {base['rejected'] or 'no'};"
+            f" removals rejected alone: {len(base['rejected_alone'])})"
+        )
+        print()
+        print(format_programs(rows))
+        print(json.dumps(result["program_totals"]))
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    log(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,275 @@
+"""Smoke tests of the benchmark code at tiny sizes: correctness only, no timing assertions.
+
+Covers the synthetic graph generator (graph surgery gives the same graph and
+metadata as ``make_fx``), the bare traversal, the benchmark's functions and CLI,
+the named comparison programs, and the UNSOUND output-only baseline
+(:mod:`rewrite.baseline`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.fx
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from benchmarks import scaling
+from benchmarks.programs import PROGRAMS, program
+from benchmarks.synthetic import (
+    NODES_PER_LAYER,
+    build_transformer_graph,
+    count_nodes,
+    layers_for_nodes,
+)
+from rewrite.baseline import output_only_clone_elimination, plan_output_only, remove_clones
+from rewrite.testing import check_equivalent
+
+CLONE = torch.ops.aten.clone.default
+
+
+def _facts(val: object, storages: dict[int, int]) -> object:
+    if isinstance(val, torch.Tensor):
+        sid = storages.setdefault(val.untyped_storage()._cdata, len(storages))
+        return (
+            type(val).__name__,
+            tuple(val.shape),
+            val.stride(),
+            val.storage_offset(),
+            val.dtype,
+            val.device,
+            sid,
+            val.untyped_storage().nbytes(),
+        )
+    if isinstance(val, (tuple, list)):
+        return tuple(_facts(v, storages) for v in val)
+    return val
+
+
+def _signature(gm: torch.fx.GraphModule) -> list[tuple[Any, ...]]:
+    """Ops, arguments and fake-tensor facts of every node; storages numbered by first use."""
+    storages: dict[int, int] = {}
+    rows = []
+    for n in gm.graph.nodes:
+        eager = n.meta.get("eager_input_vals")
+        rows.append(
+            (
+                n.op,
+                n.name,
+                str(n.target),
+                str(n.args),
+                str(n.kwargs),
+                _facts(n.meta.get("val"), storages),
+                str(n.meta.get("tensor_meta")),
+                _facts(list(eager[0]), storages) if eager else None,
+            )
+        )
+    return rows
+
+
+# --------------------------------------------------------------------------- generator
+
+
+def test_replicated_graph_equals_make_fx_graph() -> None:
+    traced, inputs_a = build_transformer_graph(3, method="make_fx")
+    replicated, inputs_b = build_transformer_graph(3, method="replicate")
+    assert _signature(replicated) == _signature(traced)
+    # the KV-cache slices of layer 2 start two layer-strides into the cache
+    selects = [n for n in replicated.graph.nodes if n.target is torch.ops.aten.select.int and n.args[0].name == "arg3_1"]
+    assert [s.args[2] for s in selects] == [0, 1, 2]
+    assert [s.meta["val"].storage_offset() for s in selects] == [0, 1 * 2 * 16 * 32, 2 * 2 * 16 * 32]
+    torch.testing.assert_close(replicated(*inputs_b()), traced(*inputs_a()))
+
+
+def test_graph_size_metadata_and_fresh_inputs() -> None:
+    gm, inputs = build_transformer_graph(2)
+    assert count_nodes(gm) == 5 + 2 * NODES_PER_LAYER
+    assert layers_for_nodes(count_nodes(gm)) == 2
+    no_val = [n.name for n in gm.graph.nodes if "val" not in n.meta]
+    # only the output and the custom ops that return nothing lack a value, as with make_fx
+    assert all(name == "output" or name.startswith(("rms_norm_", "rotary_")) for name in no_val)
+    a, b = inputs(), inputs()
+    assert a[0] is not b[0] and torch.equal(a[0], b[0])
+    assert gm(*a).shape == (4, 32)
+
+
+def test_values_share_storage_only_through_views() -> None:
+    gm, _ = build_transformer_graph(2)
+    by_name = {n.name: n for n in gm.graph.nodes}
+    key = lambda name: by_name[name].meta["val"].untyped_storage()._cdata  # noqa: E731
+    assert key("getitem") == key("getitem_1") == key("mm")  # q, k views of qkv
+    assert key("slice_1") == key("arg3_1")  # KV-cache slice of the cache input
+    assert key("clone") != key("arg0_1")
+    clones = [n for n in gm.graph.nodes if n.target is CLONE]
+    assert len({c.meta["val"].untyped_storage()._cdata for c in clones}) == len(clones) == 14
+
+
+def test_layers_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        build_transformer_graph(0)
+
+
+# --------------------------------------------------------------------------- benchmark functions
+
+
+def test_bare_traversal_reads_five_facts_per_tensor() -> None:
+    gm, _ = build_transformer_graph(1)
+    tensors = 0
+    for n in gm.graph.nodes:
+        val = n.meta.get("val")
+        vals = val if isinstance(val, (tuple, list)) else [val]
+        tensors += sum(isinstance(v, torch.Tensor) for v in vals)
+    assert scaling.bare_traversal(gm) == 5 * tensors
+
+
+def test_time_size_removes_exactly_the_removable_clones() -> None:
+    result = scaling.time_size(2 * NODES_PER_LAYER + 5, 1)
+    assert result["layers"] == 2 and result["nodes"] == 2 * NODES_PER_LAYER + 5
+    assert result["clones"] == 14
+    # per layer: a clone only read, a written clone of a dead value, a chain of two
+    assert result["eliminate"]["removed"] == 8
+    # necessary: two clones normed in place while their original is read later, one layout change
+    assert result["eliminate"]["kept"] == 6
+    assert result["baseline_removed"] == 12  # every same-layout clone
+    for key in ("bare", "analyze", "eliminate"):
+        for clock in scaling.CLOCKS:
+            assert len(result[key][clock]["runs_s"]) == 1 and result[key][clock]["median_s"] >= 0
+        assert result[key]["wall"]["median_s"] > 0
+
+
+def test_summarise_checks_targets() -> None:
+    def row(nodes: int, bare: float, analyze: float, elim: float) -> dict[str, Any]:
+        times = {"bare": bare, "analyze": analyze, "eliminate": elim}
+        # wall times twice the CPU times, except a slow wall time for analyze
+        return {
+            "nodes": nodes,
+            **{
+                k: {"cpu": {"median_s": v}, "wall": {"median_s": 2 * v * (3 if k == "analyze" else 1)}}
+                for k, v in times.items()
+            },
+        }
+
+    rows = [row(64, 4.0, 80.0, 200.0), row(16, 1.0, 20.0, 30.0)]
+    s = scaling.summarise(rows, "cpu")
+    assert s["largest_nodes"] == 64 and s["growth_from_nodes"] == 16
+    assert s["analyze"]["ratio_to_bare"] == 20.0 and s["analyze"]["growth"] == 4.0
+    assert s["analyze"]["meets_targets"]
+    assert s["eliminate"]["ratio_to_bare"] == 50.0 and not s["eliminate"]["meets_targets"]
+    wall = scaling.summarise(rows, "wall")
+    assert wall["analyze"]["ratio_to_bare"] == 60.0 and not wall["analyze"]["meets_targets"]
+    assert scaling.summarise([]) == {}
+
+
+def test_compare_on_synthetic_graph() -> None:
+    row = scaling.compare_on_graph(2 * NODES_PER_LAYER)
+    assert row["ours"]["rejected"] is None
+    assert len(row["ours"]["removed"]) == 8
+    assert row["baseline"]["rejected"] == "output"
+    # the baseline also removes the two norm-input clones of each layer, and each is wrong alone
+    assert len(row["baseline"]["removed"]) == 12
+    assert len(row["baseline"]["rejected_alone"]) == 4
+    assert set(row["baseline"]["rejected_alone"]) <= set(row["baseline"]["removed"])
+    assert not set(row["baseline"]["rejected_alone"]) & set(row["ours"]["removed"])
+
+
+def test_compare_on_programs() -> None:
+    rows = scaling.compare_on_programs()
+    assert len(rows) == len(PROGRAMS) >= 10
+    for r in rows:
+        assert r["ours"]["rejected"] is None, r["name"]
+        assert len(r["ours"]["removed"]) == r["sound_removals"], r["name"]
+        unsound = len(r["baseline"]["removed"]) > r["sound_removals"]
+        assert (r["baseline"]["rejected"] is not None) == unsound, r["name"]
+    totals = scaling.comparison_totals(rows)
+    assert totals["ours_programs_rejected"] == 0
+    assert totals["baseline_programs_rejected"] >= 10
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["written_clone_of_input"]["baseline"]["rejected"] == "input-mutation"
+    assert by_name["returned_twice"]["baseline"]["rejected"] == "new-aliasing"
+    # each of two clones of one value is fine alone, both together are not (C7)
+    assert by_name["two_clones_written"]["baseline"]["rejected_alone"] == {}
+
+
+def test_main_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sub" / "scaling.json"
+    args = ["--sizes", "80,140", "--repeats", "1", "--check-size", "70", "--out", str(out)]
+    assert scaling.main(args) == 0
+    data = json.loads(out.read_text())
+    assert [s["layers"] for s in data["sizes"]] == [1, 2]
+    assert data["summary"]["cpu"]["largest_nodes"] == data["sizes"][1]["nodes"]
+    assert set(data["summary"]) == {"cpu", "wall"}
+    assert data["synthetic_comparison"]["ours"]["rejected"] is None
+    assert data["program_totals"]["programs"] == len(PROGRAMS)
+    printed = capsys.readouterr().out
+    assert "| nodes |" in printed and "analyze:" in printed and "cpu time" in printed and "wall time" in printed
+
+
+def test_parse_size() -> None:
+    assert scaling.parse_size("16k") == 16000
+    assert scaling.parse_size("1.5k") == 1500
+    with pytest.raises(Exception):
+        scaling.parse_size("0")
+
+
+# --------------------------------------------------------------------------- the baseline
+
+
+def _trace(fn: Any, *shapes: tuple[int, ...]) -> torch.fx.GraphModule:
+    return make_fx(fn, tracing_mode="fake")(*[torch.randn(s) for s in shapes])
+
+
+def test_baseline_keeps_only_returned_clones_of_inputs() -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = x.clone()  # returned clone of an input: kept
+        b = y.clone()  # clone of an input, not returned, y not returned: removed
+        c = (x + 1).clone()  # clone of an intermediate: removed
+        return a, b * 2, c
+
+    gm = _trace(f, (3,), (3,))
+    assert plan_output_only(gm.graph) == [("clone_1", "y_1"), ("clone_2", "add")]
+
+
+def test_baseline_keeps_clone_when_the_input_itself_is_returned() -> None:
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        c = x.clone()
+        c.add_(1)
+        return x, c * 2
+
+    gm = _trace(f, (3,))
+    assert plan_output_only(gm.graph) == []
+
+
+def test_baseline_chain_through_returned_clone() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.clone().clone()
+
+    gm = _trace(f, (3,))
+    # the first clone goes; the second now clones the input and is returned: kept
+    assert plan_output_only(gm.graph) == [("clone", "x_1")]
+
+
+def test_baseline_skips_layout_changing_clones() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.t().clone(memory_format=torch.contiguous_format) + 1
+
+    gm = _trace(f, (2, 3))
+    assert plan_output_only(gm.graph) == []
+
+
+def test_baseline_is_unsound_and_does_not_crash_on_two_writers() -> None:
+    p = program("two_direct_writers")
+    gm = p.trace()
+    rewritten = p.trace()
+    assert output_only_clone_elimination(rewritten) == ["clone"]
+    assert not any(n.target is CLONE for n in rewritten.graph.nodes)
+    with pytest.raises(AssertionError, match=r"\[output\]"):  # NotEquivalent
+        check_equivalent(gm, rewritten, p.inputs)
+
+
+def test_remove_clones_rejects_unknown_names() -> None:
+    gm = _trace(lambda x: x.clone() + 1, (3,))
+    with pytest.raises(ValueError):
+        remove_clones(gm, ["nope"])

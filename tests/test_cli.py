@@ -1,0 +1,335 @@
+"""The user-facing shell: the bundled example, the ``fx-aliasing`` CLI, the README.
+
+- the example block: its custom ops compute what they say, its trace runs like
+  the eager block, and clone elimination takes the expected decision on each
+  of its five clones;
+- ``fx-aliasing demo``: exit codes, printed sections, the DOT file;
+- README.md: every ``python`` block runs, and CI runs the README's test command.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import networkx as nx
+import pydot
+import pytest
+import torch
+
+import aliasing
+from rewrite import eliminate_clones
+from rewrite.cli import count_clones, main
+from rewrite.errors import NotEquivalent
+from rewrite.examples import (
+    DEMO_DONATED_INPUTS,
+    DEMO_INPUT_NAMES,
+    EPS,
+    START,
+    TOKENS,
+    TracingMode,
+    demo_block,
+    make_demo_inputs,
+    rms_norm_,
+    rotary_,
+    trace_demo,
+)
+from rewrite.testing import check_equivalent, copy_program
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+
+# --- the example --------------------------------------------------------------
+
+
+def test_rms_norm_writes_its_argument() -> None:
+    x = torch.randn(3, 8)
+    weight = torch.randn(8)
+    expected = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * weight
+    result = rms_norm_(x, weight, EPS)
+    assert result is None
+    torch.testing.assert_close(x, expected)
+
+
+def test_rotary_writes_two_views_of_one_buffer_and_nothing_else() -> None:
+    qkv = torch.randn(4, 24)
+    before = qkv.clone()
+    q, k, v = qkv.split(8, dim=-1)
+    angles = torch.rand(4, 4)
+    rotary_(q, k, angles.cos(), angles.sin())
+    assert not torch.equal(qkv[:, :16], before[:, :16])
+    assert torch.equal(v, before[:, 16:])
+    # a rotation keeps the norm of each (first, second) pair
+    for new, old in ((q, before[:, :8]), (k, before[:, 8:16])):
+        new_pairs = new[:, :4] ** 2 + new[:, 4:] ** 2
+        old_pairs = old[:, :4] ** 2 + old[:, 4:] ** 2
+        torch.testing.assert_close(new_pairs, old_pairs)
+
+
+def test_custom_op_schemas_declare_their_writes() -> None:
+    norm = str(torch.ops.fx_aliasing_demo.rms_norm_.default._schema)
+    rotary = str(torch.ops.fx_aliasing_demo.rotary_.default._schema)
+    assert "Tensor(a0!) x" in norm
+    assert "Tensor(a0!) q" in rotary and "Tensor(a1!) k" in rotary
+
+
+def test_demo_inputs_are_seeded() -> None:
+    a, b, c = make_demo_inputs(seed=5), make_demo_inputs(seed=5), make_demo_inputs(seed=6)
+    assert len(a) == len(DEMO_INPUT_NAMES)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not torch.equal(a[0], c[0])
+    with pytest.raises(ValueError, match="even hidden size"):
+        make_demo_inputs(hidden=7)
+
+
+@pytest.mark.parametrize("mode", ["fake", "symbolic"])
+def test_traced_demo_matches_eager_block(mode: TracingMode) -> None:
+    fn, make_inputs = demo_block()
+    gm = trace_demo(mode)
+    eager_inputs = make_inputs(seed=3)
+    traced_inputs = make_inputs(seed=3)
+    eager_out = fn(*eager_inputs)
+    traced_out = gm(*traced_inputs)
+    for e, t in zip(eager_out, traced_out):
+        torch.testing.assert_close(t, e)
+    # the caches are written in place, the same way on both sides
+    for e, t in zip(eager_inputs, traced_inputs):
+        torch.testing.assert_close(t, e)
+    # only the rows of this step are written in the caches
+    fresh = make_inputs(seed=3)
+    for cache in (6, 7):
+        rows = slice(START, START + TOKENS)
+        assert not torch.equal(eager_inputs[cache][rows], fresh[cache][rows])
+        assert torch.equal(eager_inputs[cache][:START], fresh[cache][:START])
+        assert torch.equal(eager_inputs[cache][START + TOKENS :], fresh[cache][START + TOKENS :])
+    assert [n.name for n in gm.graph.nodes if n.op == "placeholder"] == [f"{n}_1" for n in DEMO_INPUT_NAMES]
+    targets = {n.target for n in gm.graph.nodes}
+    assert torch.ops.fx_aliasing_demo.rms_norm_.default in targets
+    assert torch.ops.fx_aliasing_demo.rotary_.default in targets
+    assert torch.ops.aten.copy_.default in targets
+    assert torch.ops.aten.index_copy_.default in targets
+    assert count_clones(gm) == 5
+
+
+def test_trace_demo_rejects_unknown_mode() -> None:
+    with pytest.raises(ValueError, match="tracing_mode"):
+        trace_demo("eager")  # type: ignore[arg-type]  # invalid on purpose
+
+
+def test_demo_analysis_sees_the_views_and_writes() -> None:
+    gm = trace_demo()
+    analysis = aliasing.analyze(gm, donated_inputs=DEMO_DONATED_INPUTS)
+    q, k, v = (n.name for n in gm.graph.nodes if n.name.startswith("getitem"))
+    assert analysis.may_alias(q, k) and analysis.may_alias(k, v)
+    assert not analysis.may_overlap(q, k)
+    assert not analysis.may_overlap(q, v)
+    assert not analysis.may_overlap(k, v)
+    assert [n.name for n in analysis.writers(v)] == []
+    assert "rotary_" in [n.name for n in analysis.writers(q)]
+    assert "rotary_" in [n.name for n in analysis.writers(k)]
+    assert "rms_norm_" in [n.name for n in analysis.writers("clone")]
+    assert analysis.role("x_1") is aliasing.Role.USER_INPUT
+    # the k-cache slice written by copy_ and the cache it belongs to
+    assert analysis.may_overlap("slice_1", "k_cache_1")
+    assert "copy_" in [n.name for n in analysis.writers("k_cache_1")]
+
+
+def test_clone_elimination_on_the_demo() -> None:
+    gm = trace_demo()
+    original = copy_program(gm)
+    report = eliminate_clones(gm, donated_inputs=DEMO_DONATED_INPUTS, strict=True)
+    decisions = {d.node: d for d in report.decisions}
+    assert set(decisions) == {"clone", "clone_1", "clone_2", "clone_3", "clone_4"}
+    # h = x.clone() is normalised in place while x is read by the residual add;
+    # k_pre and q.contiguous() copy strided views into dense tensors
+    assert report.kept == ("clone", "clone_1", "clone_2")
+    # softmax probabilities only read; projection output dead after the add_
+    assert report.removed == ("clone_3", "clone_4")
+    assert count_clones(gm) == 3
+    for seed in range(3):
+        check_equivalent(original, gm, make_demo_inputs(seed=seed), donated_inputs=DEMO_DONATED_INPUTS)
+    # running it again changes nothing
+    again = eliminate_clones(gm, donated_inputs=DEMO_DONATED_INPUTS, strict=True)
+    assert again.removed == ()
+    assert count_clones(gm) == 3
+
+
+# --- the CLI ------------------------------------------------------------------
+
+SECTIONS = (
+    "fx-aliasing demo: transformer-style block",
+    "== graph ==",
+    "== storages ==",
+    "== alias sets (values that may share storage) ==",
+    "== reads and writes per storage, in graph order ==",
+)
+
+
+def test_demo_prints_every_section(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    positions = [out.index(s) for s in (*SECTIONS, "== clone elimination ==", "== rewritten graph ==")]
+    assert positions == sorted(positions)
+    storages = out.split("== storages ==")[1].split("==")[0]
+    for name in DEMO_INPUT_NAMES:
+        assert re.search(rf"^s\d+\s+user_input\s+.*\b{name}_1\b", storages, re.M), name
+    alias_sets = out.split("== alias sets")[1].split("== reads")[0]
+    assert re.search(r"provably disjoint: .*getitem/getitem_1", alias_sets)
+    accesses = out.split("== reads and writes")[1].split("== clone elimination")[0]
+    assert re.search(r"^\s+write rotary_ via getitem\b", accesses, re.M)
+    assert re.search(r"^\s+write rms_norm_ via clone\b", accesses, re.M)
+    assert re.search(r"^\s+write copy_ via slice_1\b", accesses, re.M)
+    assert "clones: 5 before, 3 after (removed 2: clone_3, clone_4)" in out
+    assert "equivalent: yes" in out
+
+
+def test_demo_no_rewrite_stops_after_the_analysis(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--no-rewrite", "--seed", "7"]) == 0
+    out = capsys.readouterr().out
+    for section in SECTIONS:
+        assert section in out
+    assert "== clone elimination ==" not in out
+    assert "equivalent:" not in out
+
+
+def test_demo_symbolic(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--tracing-mode", "symbolic"]) == 0
+    out = capsys.readouterr().out
+    assert "tracing_mode=symbolic" in out
+    assert "sym_size" in out
+    assert "equivalent: yes" in out
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:pydot.dot_parser")
+def test_demo_writes_dot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dot_file = tmp_path / "demo.dot"
+    assert main(["demo", "--no-rewrite", "--dot", str(dot_file)]) == 0
+    assert f"wrote the storage graph to {dot_file}" in capsys.readouterr().out
+    source = dot_file.read_text()
+    graphs = pydot.graph_from_dot_data(source)
+    assert graphs is not None and len(graphs) == 1
+    parsed = nx.nx_pydot.from_pydot(graphs[0])
+    expected = aliasing.analyze(trace_demo(), donated_inputs=DEMO_DONATED_INPUTS).graph
+    # the DOT file is the analysis' storage graph: same nodes, same number of edges
+    names = {str(n).strip('"') for n in parsed.nodes} - {"node", "graph", "edge"}
+    assert names == set(expected.nodes)
+    assert parsed.number_of_edges() == expected.number_of_edges()
+    assert {"storage:s10", "value:getitem", "op:rotary_"} <= names
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz 'dot' is not installed")
+def test_demo_dot_renders_to_png(tmp_path: Path) -> None:
+    dot_file = tmp_path / "demo.dot"
+    assert main(["demo", "--no-rewrite", "--dot", str(dot_file)]) == 0
+    png = tmp_path / "demo.png"
+    subprocess.run(["dot", "-Tpng", str(dot_file), "-o", str(png)], check=True, timeout=120)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_demo_reports_an_unwritable_dot_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "missing-dir" / "demo.dot"
+    assert main(["demo", "--no-rewrite", "--dot", str(target)]) == 1
+    err = capsys.readouterr().err
+    assert "FAILED" in err and "cannot write" in err
+
+
+def test_demo_fails_when_equivalence_fails(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def not_equivalent(*args: object, **kwargs: object) -> None:
+        raise NotEquivalent("output", "output 0 differs")
+
+    monkeypatch.setattr("rewrite.cli.check_equivalent", not_equivalent)
+    assert main(["demo"]) == 1
+    captured = capsys.readouterr()
+    assert "equivalent: NO" in captured.out
+    assert "not equivalent" in captured.err and "[output] output 0 differs" in captured.err
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert main(["demo", "--seed", "many"]) == 2
+    assert main(["frobnicate"]) == 2
+    assert "usage: fx-aliasing" in capsys.readouterr().err
+    assert main(["--help"]) == 0
+
+
+def test_console_script_points_at_main() -> None:
+    (script,) = importlib.metadata.entry_points(group="console_scripts", name="fx-aliasing")
+    assert script.value == "rewrite.cli:main"
+    assert script.load() is main
+
+
+def test_python_dash_m() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "rewrite.cli", "demo", "--no-rewrite"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "== storages ==" in result.stdout
+
+
+# --- README -------------------------------------------------------------------
+
+
+def _readme_blocks(language: str) -> list[tuple[str, str]]:
+    """(heading, code) for each fenced block of ``language`` in README.md."""
+    blocks: list[tuple[str, str]] = []
+    heading = "top"
+    lines = README.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("#"):
+            heading = line.lstrip("#").strip()
+        if line.strip() == f"```{language}":
+            body: list[str] = []
+            i += 1
+            while lines[i].strip() != "```":
+                body.append(lines[i])
+                i += 1
+            blocks.append((heading, "\n".join(body) + "\n"))
+        i += 1
+    return blocks
+
+
+PYTHON_BLOCKS = _readme_blocks("python")
+
+
+def test_readme_has_python_examples() -> None:
+    assert len(PYTHON_BLOCKS) >= 4
+
+
+@pytest.mark.parametrize(
+    "code", [code for _, code in PYTHON_BLOCKS], ids=[re.sub(r"\W+", "-", h).strip("-") for h, _ in PYTHON_BLOCKS]
+)
+def test_readme_python_block_runs(code: str) -> None:
+    namespace: dict[str, object] = {"__name__": "__readme__"}
+    exec(compile(code, str(README), "exec"), namespace)
+
+
+def test_readme_setup_commands_match_ci() -> None:
+    install, test = (code.strip() for _, code in _readme_blocks("bash")[:2])
+    assert "pip install torch==2.13.0" in install
+    assert install.endswith("fx-aliasing demo")
+    assert test == ". .venv/bin/activate && python -m pytest -q"
+    ci = (ROOT / ".ci" / "run").read_text()
+    # CI activates its own fresh venv, then runs the same command
+    assert "\npython -m pytest -q\n" in ci
+    assert "pip install torch==2.13.0 -e '.[test,triton,notebooks]'" in ci
+    assert "-e '.[test,triton,notebooks]'" in install
+    assert "fx-aliasing demo" in ci
+
+
+def test_tests_readme_lists_every_test_file() -> None:
+    listed = set(re.findall(r"`(test_\w+\.py)`", (ROOT / "tests" / "README.md").read_text()))
+    present = {p.name for p in (ROOT / "tests").glob("test_*.py")}
+    assert present - listed == set(), "add these files to tests/README.md"
+    assert listed - present == set(), "tests/README.md lists files that do not exist"

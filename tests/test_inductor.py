@@ -1,0 +1,528 @@
+"""The Inductor adapter end to end: torch.compile with CloneEliminationPass against eager.
+
+Integration tests (each compile takes seconds on the C++ backend). Every case
+compiles a program with ``post_grad_custom_post_pass=CloneEliminationPass()``,
+runs eager and compiled on equal fresh inputs, and compares the outputs and the
+inputs afterwards (input mutations). Then it checks what the pass did: which
+functional ops it lowered and how many clones remain. The Triton case runs in a
+subprocess: it installs a target-only Triton driver (so that Triton's mutation
+analysis works without a GPU) and runs the captured graphs with the kernel under
+the Triton interpreter (``TRITON_INTERPRET=1``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.fx
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from rewrite.inductor import CloneEliminationPass, library_source_hash
+from rewrite.lowering import PipelineReport
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# --- custom ops ------------------------------------------------------------------------
+
+
+@torch.library.custom_op("fxa_inductor_test::bump_", mutates_args=("x",))
+def bump_(x: torch.Tensor) -> None:
+    x.add_(1)
+
+
+@torch.library.custom_op("fxa_inductor_test::axpy_", mutates_args=("a", "b"))
+def axpy_(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> None:
+    a.add_(c)
+    b.mul_(2)
+
+
+@torch.library.custom_op("fxa_inductor_test::split2", mutates_args=("x",))
+def split2(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    x.mul_(2)
+    return x + 1, x - 1
+
+
+@split2.register_fake
+def _split2_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(x), torch.empty_like(x)
+
+
+@torch.library.custom_op("fxa_inductor_test::rotary_", mutates_args=("q", "k"))
+def rotary_(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
+    h = q.shape[-1] // 2
+    for t in (q, k):
+        a, b = t[..., :h].clone(), t[..., h:].clone()
+        t[..., :h] = a * cos - b * sin
+        t[..., h:] = b * cos + a * sin
+
+
+@torch.library.custom_op("fxa_inductor_test::addrev_", mutates_args=("y",))
+def addrev_(y: torch.Tensor, x: torch.Tensor) -> None:
+    """``y[i] += x[n-1-i]`` element by element: wrong if ``y`` and ``x`` share memory."""
+    n = y.shape[0]
+    for i in range(n):
+        y[i] += x[n - 1 - i]
+
+
+# --- programs --------------------------------------------------------------------------
+
+
+def mutated_intermediate(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    bump_(y)
+    return y + 1
+
+
+def mutated_input(x: torch.Tensor) -> torch.Tensor:
+    bump_(x)
+    return x.sum()
+
+
+def mutated_view_of_input(x: torch.Tensor) -> torch.Tensor:
+    bump_(x[1])
+    return x + 0
+
+
+def mutated_slice_of_input(x: torch.Tensor) -> torch.Tensor:
+    bump_(x[:, 1:3])
+    return x * 1
+
+
+def two_mutated_args(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    z = x + 1
+    axpy_(z, y, x)
+    return z
+
+
+def multi_output(x: torch.Tensor) -> torch.Tensor:
+    a, b = split2(x)
+    return a * b
+
+
+def repeated_mutation(x: torch.Tensor) -> torch.Tensor:
+    bump_(x)
+    bump_(x)
+    y = x * 2
+    bump_(y)
+    bump_(y)
+    return y
+
+
+def qkv_rotary(x: torch.Tensor, w: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    qkv = x @ w
+    q, k, v = qkv.split([8, 8, 8], dim=-1)
+    rotary_(q, k, cos, sin)
+    return (q * k).sum(-1, keepdim=True) * v
+
+
+def shared_kv_pool(pool: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """One op writes two disjoint views (the K and the V half) of one cache buffer."""
+    axpy_(pool[0], pool[1], k)
+    return pool[0].sum() + v.sum()
+
+
+def inductor_198031(a: torch.Tensor) -> torch.Tensor:
+    """pytorch/pytorch#198031: ``y = x.clone(); op(y, x)`` with op mutating its first argument."""
+    x = a + 1
+    y = x.clone()
+    addrev_(y, x)
+    return y
+
+
+def views_overlap_intermediate(a: torch.Tensor) -> torch.Tensor:
+    """In the spirit of pytorch/pytorch#198094 (wrong results around views in reinplacing):
+    a clone of one view of an intermediate is written while the op reads an overlapping view."""
+    x = a + 1
+    y = x[1:].clone()
+    addrev_(y, x[:-1])
+    return y
+
+
+def views_overlap_input(a: torch.Tensor) -> torch.Tensor:
+    """In the spirit of pytorch/pytorch#198094: the same with a view of a graph input."""
+    y = a[1:].clone()
+    addrev_(y, a[:-1])
+    return y
+
+
+def input_view_mutation_reads_clone(a: torch.Tensor) -> torch.Tensor:
+    """In the spirit of pytorch/pytorch#198131 (overlap ignored when reinplacing an input
+    mutation): a view of the input is written while the op reads a snapshot of the input."""
+    y = a.clone()
+    addrev_(a[1:], y[:-1])
+    return a * 1
+
+
+def old_value_read_after(x: torch.Tensor) -> torch.Tensor:
+    y = x.clone()
+    bump_(y)
+    return y + x
+
+
+def arange6() -> list[torch.Tensor]:
+    return [torch.arange(6.0)]
+
+
+def randn(*shapes: tuple[int, ...]) -> Callable[[], list[torch.Tensor]]:
+    def make() -> list[torch.Tensor]:
+        g = torch.Generator().manual_seed(0)
+        return [torch.randn(*s, generator=g) for s in shapes]
+
+    return make
+
+
+def rotary_inputs() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    angle = torch.rand(4, 4, generator=g)
+    return [torch.randn(4, 16, generator=g), torch.randn(16, 24, generator=g), angle.cos(), angle.sin()]
+
+
+# --- harness ---------------------------------------------------------------------------
+
+
+def compile_and_compare(
+    fn: Callable[..., Any],
+    inputs: Callable[[], Sequence[torch.Tensor]],
+    *,
+    v2: bool = True,
+    pass_: Any = None,
+    dynamic: bool = False,
+) -> PipelineReport:
+    """Compile ``fn`` with the pass, compare with eager, return the pass's report."""
+    torch._dynamo.reset()
+    p = CloneEliminationPass() if pass_ is None else pass_
+    with torch._inductor.config.patch(enable_auto_functionalized_v2=v2, fx_graph_cache=False), torch._functorch.config.patch(
+        enable_autograd_cache=False
+    ):
+        compiled = torch.compile(fn, fullgraph=True, dynamic=dynamic, options={"post_grad_custom_post_pass": p})
+        eager_inputs, compiled_inputs = list(inputs()), list(inputs())
+        expected = fn(*eager_inputs)
+        got = compiled(*compiled_inputs)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5, msg=lambda m: f"outputs differ: {m}")
+    for i, (a, b) in enumerate(zip(compiled_inputs, eager_inputs)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=lambda m, i=i: f"input {i} after the call: {m}")
+    report = p.last_report if isinstance(p, CloneEliminationPass) else None
+    assert report is not None and report.error is None, report
+    return report
+
+
+def remaining(report: PipelineReport) -> int:
+    return len(report.lowering.clones) - len([c for c in report.lowering.clones if c in report.removed])
+
+
+# --- cases -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("v2", [True, False], ids=["v2", "v1"])
+@pytest.mark.parametrize(
+    "fn, inputs",
+    [
+        (mutated_intermediate, randn((8,))),
+        (mutated_input, randn((8,))),
+        (mutated_view_of_input, randn((3, 4))),
+        (mutated_slice_of_input, randn((3, 4))),
+        (two_mutated_args, randn((8,), (8,))),
+        (multi_output, randn((8,))),
+        (repeated_mutation, randn((8,))),
+        (qkv_rotary, rotary_inputs),
+        (shared_kv_pool, randn((2, 4, 8), (4, 8), (4, 8))),
+    ],
+    ids=lambda v: getattr(v, "__name__", ""),
+)
+def test_needless_copies_all_go(fn: Callable[..., Any], inputs: Callable[[], list[torch.Tensor]], v2: bool) -> None:
+    report = compile_and_compare(fn, inputs, v2=v2)
+    assert report.lowering.lowered, "nothing was lowered"
+    assert report.lowering.skipped == ()
+    assert remaining(report) == 0, str(report)
+
+
+@pytest.mark.parametrize(
+    "fn, inputs",
+    [
+        (inductor_198031, arange6),
+        (views_overlap_intermediate, arange6),
+        (views_overlap_input, arange6),
+        (input_view_mutation_reads_clone, arange6),
+    ],
+    ids=lambda v: getattr(v, "__name__", ""),
+)
+def test_inductor_wrong_result_reproductions_are_right(fn: Callable[..., Any], inputs: Callable[[], list[torch.Tensor]]) -> None:
+    """Programs that stock Inductor compiles to wrong results (see their docstrings).
+
+    With the pass the op writes a copy: it reads memory overlapping what it writes.
+    """
+    report = compile_and_compare(fn, inputs)
+    assert remaining(report) == 1, str(report)
+    kept = [d for rep in report.eliminations for d in rep.decisions if d.action == "keep"]
+    assert kept and kept[0].reason.condition in {"C3", "C4"}
+
+
+@pytest.mark.parametrize(
+    "fn, inputs, v2",
+    [
+        (shared_kv_pool, randn((2, 4, 8), (4, 8), (4, 8)), True),
+        (shared_kv_pool, randn((2, 4, 8), (4, 8), (4, 8)), False),
+        (qkv_rotary, rotary_inputs, False),
+    ],
+    ids=["shared_kv_pool-v2", "shared_kv_pool-v1", "qkv_rotary-v1"],
+)
+def test_dynamic_shapes(fn: Callable[..., Any], inputs: Callable[[], list[torch.Tensor]], v2: bool) -> None:
+    """Symbolic sizes and offsets (vLLM compiles with a dynamic token dimension).
+
+    Stock Inductor compiles the shared KV pool to wrong results under
+    ``dynamic=True`` (the second view's symbolic storage offset is lost and both
+    writes land in the first view); with the pass the views are replayed on the
+    pool and the result is right.
+    """
+    report = compile_and_compare(fn, inputs, v2=v2, dynamic=True)
+    assert report.lowering.skipped == () and remaining(report) == 0, str(report)
+
+
+def test_old_value_read_keeps_clone() -> None:
+    report = compile_and_compare(old_value_read_after, randn((8,)))
+    assert remaining(report) == 1
+
+
+def test_lower_functional_false_only_eliminates() -> None:
+    p = CloneEliminationPass(lower_functional=False)
+    report = compile_and_compare(mutated_intermediate, randn((8,)), pass_=p)
+    assert report.lowering.lowered == () and report.lowering.clones == ()
+
+
+def test_in_a_list_with_other_passes() -> None:
+    seen: list[int] = []
+
+    def count_nodes(graph: torch.fx.Graph) -> None:
+        seen.append(len(graph.nodes))
+
+    p = CloneEliminationPass()
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(fx_graph_cache=False):
+        compiled = torch.compile(mutated_intermediate, options={"post_grad_custom_post_pass": [count_nodes, p, count_nodes]})
+        x = torch.randn(8)
+        torch.testing.assert_close(compiled(x.clone()), mutated_intermediate(x.clone()))
+    assert len(seen) == 2 and p.last_report is not None and p.last_report.lowering.lowered
+
+
+def test_callable_with_a_graph_and_donated_inputs() -> None:
+    """Pass managers (vLLM's) call the pass with a graph and give donated input ids."""
+    from torch._higher_order_ops.auto_functionalize import auto_functionalized_v2
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        out = auto_functionalized_v2(torch.ops.fxa_inductor_test.bump_.default, _x_base_index=0, _all_bases=[x])
+        return out[1] * 2
+
+    kept = make_fx(f, tracing_mode="fake")(torch.randn(4))
+    CloneEliminationPass()(kept.graph)
+    assert sum(1 for n in kept.graph.nodes if n.target is torch.ops.aten.clone.default) == 1
+    donated = make_fx(f, tracing_mode="fake")(torch.randn(4))
+    CloneEliminationPass(donated_inputs=(0,))(donated.graph)
+    assert sum(1 for n in donated.graph.nodes if n.target is torch.ops.aten.clone.default) == 0
+
+
+def test_uuid_changes_with_configuration() -> None:
+    base = CloneEliminationPass()
+    assert base.uuid() == CloneEliminationPass().uuid()
+    assert base.uuid() != CloneEliminationPass(lower_functional=False).uuid()
+    assert base.uuid() != CloneEliminationPass(donated_inputs=(0,)).uuid()
+    assert CloneEliminationPass(donated_inputs=(0,)).uuid() != CloneEliminationPass(donated_inputs=(1,)).uuid()
+    assert len(library_source_hash()) == 64
+
+
+def test_uuid_changes_with_library_source(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import rewrite.inductor as adapter
+
+    for pkg in ("aliasing", "rewrite"):
+        (tmp_path / pkg).mkdir()
+        for f in (ROOT / pkg).glob("*.py"):
+            (tmp_path / pkg / f.name).write_bytes(f.read_bytes())
+    monkeypatch.setattr(adapter, "_ROOT", tmp_path)
+    before = CloneEliminationPass().uuid()
+    (tmp_path / "rewrite" / "lowering.py").write_text((tmp_path / "rewrite" / "lowering.py").read_text() + "\n# changed\n")
+    assert CloneEliminationPass().uuid() != before
+
+
+def test_logging_and_structured_trace(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    artifacts: list[tuple[dict[str, Any], str]] = []
+
+    def capture(name: str, *, metadata_fn: Callable[[], dict[str, Any]], payload_fn: Callable[[], str], **_: Any) -> None:
+        artifacts.append((metadata_fn(), payload_fn()))
+
+    monkeypatch.setattr(torch._logging, "trace_structured", capture)
+    gm = make_fx(lambda a: (a * 2).clone() + 1, tracing_mode="fake")(torch.randn(4))
+    with caplog.at_level(logging.DEBUG, logger="rewrite"):
+        CloneEliminationPass()(gm.graph)
+    infos = [r.getMessage() for r in caplog.records if r.name == "rewrite.inductor" and r.levelno == logging.INFO]
+    debugs = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert len(infos) == 1 and "removed 1 clone" in infos[0]
+    assert any("remove clone" in m for m in debugs)
+    (meta, payload), = artifacts
+    assert meta == {"name": "fx_aliasing_clone_elimination", "encoding": "string"}
+    assert "clone" in payload and "removable" in payload
+
+
+def test_never_raises_on_a_broken_pipeline(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import rewrite.lowering as lowering
+
+    def boom(graph: torch.fx.Graph, **_: Any) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(lowering, "lower_functional_ops", boom)
+    gm = make_fx(lambda a: (a * 2).clone() + 1, tracing_mode="fake")(torch.randn(4))
+    p = CloneEliminationPass()
+    p(gm.graph)
+    assert p.last_report is not None and "boom" in (p.last_report.error or "")
+    assert sum(1 for n in gm.graph.nodes if n.target is torch.ops.aten.clone.default) == 1
+    gm.graph.lint()
+
+
+# --- Triton ----------------------------------------------------------------------------
+
+TRITON_SCRIPT = textwrap.dedent(
+    r'''
+    import json, os, sys
+    os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+
+    class TargetOnlyDriver:
+        """Enough of a Triton driver for Triton's front end: a target, no device."""
+
+        def get_current_target(self):
+            return GPUTarget("cuda", 90, 32)
+
+        def get_active_torch_device(self):
+            return torch.device("cpu")
+
+        def get_current_device(self):
+            return 0
+
+
+    triton.runtime.driver.set_active(TargetOnlyDriver())
+
+
+    def _axpy_rev(x_ptr, src_ptr, n, BLOCK: tl.constexpr):
+        # x[i] += src[n - 1 - i]: reads src while writing x, in blocks
+        pid = tl.program_id(0)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        x = tl.load(x_ptr + offs, mask=m)
+        s = tl.load(src_ptr + (n - 1 - offs), mask=m)
+        tl.store(x_ptr + offs, x + s, mask=m)
+
+
+    jit_kernel = JITFunction(_axpy_rev)  # traceable (TRITON_INTERPRET makes triton.jit interpreted)
+    from torch.library import triton_op, wrap_triton
+
+
+    @triton_op("fxa_triton_test::axpy_rev_", mutates_args={"x"})
+    def axpy_rev_(x: torch.Tensor, src: torch.Tensor) -> None:
+        n = x.numel()
+        wrap_triton(jit_kernel)[(triton.cdiv(n, 4),)](x, src, n, BLOCK=4)
+
+
+    def intermediate(a, b):
+        x = a * 2
+        axpy_rev_(x, b)
+        return x + 1
+
+
+    def clone_then_read(a, b):  # the pattern of pytorch/pytorch#198031, with a Triton kernel
+        x = a + b
+        y = x.clone()
+        axpy_rev_(y, x)
+        return y
+
+
+    def input_mutation(a, b):
+        axpy_rev_(a, b)
+        return a.sum()
+
+
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+    from rewrite.lowering import lower_and_eliminate
+    from rewrite.testing import check_equivalent, copy_program
+
+    results = {}
+    for fn in (intermediate, clone_then_read, input_mutation):
+        captured = []
+
+        def capture(gm, example_inputs):
+            captured.append(gm)
+            return gm.forward
+
+        torch._dynamo.reset()
+        backend = aot_autograd(fw_compiler=capture, keep_inference_input_mutations=True)
+        compiled = torch.compile(fn, backend=backend, fullgraph=True)
+        try:
+            compiled(torch.randn(8), torch.randn(8))
+        except Exception:
+            pass  # the compiled kernel cannot launch without a GPU; the capture is what we need
+        (gm,) = captured
+        wrappers = [n for n in gm.graph.nodes if n.target is torch.ops.higher_order.triton_kernel_wrapper_functional]
+        to_clone = [list(n.kwargs["tensors_to_clone"]) for n in wrappers]
+        rewritten = copy_program(gm)
+        report = lower_and_eliminate(rewritten.graph)
+        rewritten.recompile()
+        targets = [str(n.target) for n in rewritten.graph.nodes if n.op == "call_function"]
+        # run original and rewrite with the kernel under the interpreter
+        for n in wrappers:
+            kernel_side_table.id_to_kernel[n.kwargs["kernel_idx"]] = InterpretedFunction(_axpy_rev)
+        inputs = lambda: [torch.arange(8.0), torch.arange(8.0) * 10]
+        check_equivalent(gm, rewritten, inputs)
+        results[fn.__name__] = {
+            "tensors_to_clone": to_clone,
+            "lowered": [l.kind for l in report.lowering.lowered],
+            "clones_left": targets.count("aten.clone.default"),
+            "has_mutation_hop": any(
+                n.target is torch.ops.higher_order.triton_kernel_wrapper_mutation for n in rewritten.graph.nodes
+            ),
+            "kept_reasons": [str(d.reason) for r in report.eliminations for d in r.decisions if d.action == "keep"],
+            "error": report.error,
+        }
+    print("RESULTS " + json.dumps(results))
+    '''
+)
+
+
+def test_triton_kernel_via_triton_op(tmp_path: Path) -> None:
+    pytest.importorskip("triton")
+    pytest.importorskip("numpy")  # the Triton interpreter needs it
+    script = tmp_path / "triton_program.py"  # Triton reads kernel source from a file
+    script.write_text(TRITON_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULTS ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-5000:]
+    results = json.loads(lines[-1][len("RESULTS ") :])
+    for name, r in results.items():
+        assert r["tensors_to_clone"] == [["x_ptr"]], name  # Triton's analysis found the mutated argument
+        assert r["lowered"] == ["triton_kernel_wrapper_functional"] and r["has_mutation_hop"], name
+        assert r["error"] is None, name
+    assert results["intermediate"]["clones_left"] == 0
+    assert results["input_mutation"]["clones_left"] == 0
+    # the kernel reads x while writing the copy of x: the copy stays
+    assert results["clone_then_read"]["clones_left"] == 1
+    assert results["clone_then_read"]["kept_reasons"][0] == "same-node-reads-original-writes-clone"
+
+
+@pytest.fixture(autouse=True)
+def _reset_dynamo() -> Iterator[None]:
+    yield
+    torch._dynamo.reset()

@@ -1,0 +1,483 @@
+"""Lowering of functional higher-order ops and the copy-back folds (rewrite.lowering).
+
+Fast tests on small ``make_fx`` graphs that call the functional wrappers the way
+functionalization emits them. Every rewrite is checked against real execution
+with ``check_equivalent`` (outputs, input mutations, new aliasing, raising), then
+the decisions and the resulting graph are checked.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+
+import pytest
+import torch
+import torch.fx
+from torch._higher_order_ops.auto_functionalize import auto_functionalized, auto_functionalized_v2
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from rewrite.lowering import (
+    CopyBackReason,
+    PipelineReport,
+    drop_self_copies,
+    fold_copy_backs,
+    lower_and_eliminate,
+    lower_functional_ops,
+    plan_copy_back,
+)
+from rewrite.testing import check_equivalent, copy_program
+
+aten = torch.ops.aten
+CLONE = aten.clone.default
+AF = torch.ops.higher_order.auto_functionalized
+AF2 = torch.ops.higher_order.auto_functionalized_v2
+
+
+# --- custom ops ------------------------------------------------------------------------
+
+
+@torch.library.custom_op("fxa_lowering_test::bump_", mutates_args=("x",))
+def bump_(x: torch.Tensor) -> None:
+    x.add_(1)
+
+
+@torch.library.custom_op("fxa_lowering_test::rot_", mutates_args=("q", "k"))
+def rot_(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor) -> None:
+    q.mul_(cos)
+    k.mul_(cos)
+
+
+@torch.library.custom_op("fxa_lowering_test::addrev_", mutates_args=("y",))
+def addrev_(y: torch.Tensor, x: torch.Tensor) -> None:
+    """y[i] += x[n-1-i], element by element: wrong if y and x share memory."""
+    n = y.shape[0]
+    for i in range(n):
+        y[i] += x[n - 1 - i]
+
+
+@torch.library.custom_op("fxa_lowering_test::split2", mutates_args=("x",))
+def split2(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    x.mul_(2)
+    return x + 1, x - 1
+
+
+@split2.register_fake
+def _split2_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(x), torch.empty_like(x)
+
+
+@torch.library.custom_op("fxa_lowering_test::bump_all_", mutates_args=("xs",))
+def bump_all_(xs: list[torch.Tensor]) -> None:
+    for x in xs:
+        x.add_(1)
+
+
+BUMP = torch.ops.fxa_lowering_test.bump_.default
+ROT = torch.ops.fxa_lowering_test.rot_.default
+ADDREV = torch.ops.fxa_lowering_test.addrev_.default
+SPLIT2 = torch.ops.fxa_lowering_test.split2.default
+BUMP_ALL = torch.ops.fxa_lowering_test.bump_all_.default
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+Inputs = Callable[[], Sequence[torch.Tensor]]
+
+
+def randn(*shapes: tuple[int, ...]) -> Inputs:
+    def make() -> list[torch.Tensor]:
+        g = torch.Generator().manual_seed(0)
+        return [torch.randn(*s, generator=g) for s in shapes]
+
+    return make
+
+
+def run_pipeline(fn: Callable[..., object], inputs: Inputs, *, donated: Sequence[int] = ()) -> tuple[torch.fx.GraphModule, PipelineReport]:
+    original = make_fx(fn, tracing_mode="fake")(*inputs())
+    rewritten = copy_program(original)
+    report = lower_and_eliminate(rewritten.graph, donated_inputs=donated)
+    assert report.error is None, report.error
+    rewritten.recompile()
+    check_equivalent(original, rewritten, inputs, donated_inputs=donated)
+    again = lower_and_eliminate(rewritten.graph, donated_inputs=donated)
+    assert again.removed == () and again.lowering.lowered == (), f"second run changed the graph: {again}"
+    assert str(report)  # the report renders
+    return rewritten, report
+
+
+def clones(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if n.target is CLONE]
+
+
+def targets(gm: torch.fx.GraphModule) -> list[object]:
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+# --- lowering --------------------------------------------------------------------------
+
+
+def test_v1_mutated_intermediate_clone_removed() -> None:
+    def f(a: torch.Tensor) -> torch.Tensor:
+        y = a * 2
+        _, y2 = auto_functionalized(BUMP, x=y)
+        return y2 + 1
+
+    gm, report = run_pipeline(f, randn((4,)))
+    assert [low.kind for low in report.lowering.lowered] == ["auto_functionalized"]
+    assert len(report.lowering.clones) == 1 and report.removed == report.lowering.clones
+    assert clones(gm) == [] and AF not in targets(gm) and BUMP in targets(gm)
+
+
+def test_lowering_alone_keeps_semantics_and_sets_fake_values() -> None:
+    def f(a: torch.Tensor) -> torch.Tensor:
+        y = a * 2
+        _, y2 = auto_functionalized(BUMP, x=y)
+        return y2 + y
+
+    original = make_fx(f, tracing_mode="fake")(torch.randn(4))
+    rewritten = copy_program(original)
+    before = {n.name: n.meta.get("val") for n in rewritten.graph.nodes}
+    report = lower_functional_ops(rewritten.graph)
+    rewritten.recompile()
+    check_equivalent(original, rewritten, randn((4,)))
+    (clone,) = clones(rewritten)
+    assert clone.args[0].name == "mul" and isinstance(clone.meta["val"], torch.Tensor)
+    assert report.clones == (clone.name,)
+    for n in rewritten.graph.nodes:  # existing nodes keep their metadata objects
+        if n.name in before:
+            assert n.meta.get("val") is before[n.name]
+
+
+def test_v2_view_of_input_folds_into_in_place_write() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:  # bump_(x[1]); return x.sum()
+        out = auto_functionalized_v2(
+            BUMP, _x_base_index=0, _x_size=(3,), _x_stride=(1,), _x_storage_offset=3, _all_bases=[x]
+        )
+        x.copy_(out[1])
+        return x.sum()
+
+    gm, report = run_pipeline(f, randn((2, 3)))
+    assert clones(gm) == [] and aten.copy_.default not in targets(gm)
+    assert [str(d.reason) for d in report.folds] == ["clone-copied-back"]
+    (call,) = [n for n in gm.graph.nodes if n.target is BUMP]
+    view = call.args[0]
+    assert view.target is aten.as_strided.default and view.args[0].op == "placeholder"
+    assert view.args[1:] == ([3], [1], 3)
+
+
+def test_v2_slice_view_regenerated_on_clone() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x + 0
+        out = auto_functionalized_v2(BUMP, _x_base_index=0, _x_slice_dim=1, _x_slice_start=1, _x_slice_end=3, _all_bases=[y])
+        return out[1] * y  # the old value is read: the clone stays
+
+    gm, report = run_pipeline(f, randn((3, 4)))
+    (clone,) = clones(gm)
+    (call,) = [n for n in gm.graph.nodes if n.target is BUMP]
+    assert call.args[0].target is aten.slice.Tensor and call.args[0].args == (clone, 1, 1, 3)
+    assert report.kept == (clone.name,)
+
+
+def test_v2_old_value_of_input_read_after_keeps_clone() -> None:
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = auto_functionalized_v2(BUMP, _x_base_index=0, _all_bases=[x])
+        old = x * 3  # reads the input's old value after the op
+        x.copy_(out[1])
+        return old, out[1] + 0
+
+    gm, report = run_pipeline(f, randn((4,)))
+    assert len(clones(gm)) == 1
+    reasons = {str(d.reason) for d in report.folds}
+    assert reasons == set()  # nothing folded
+
+
+def test_v2_two_views_of_one_base_shared_kv_pool() -> None:
+    def f(pool: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:  # rot_(pool[0], pool[1], cos)
+        out = auto_functionalized_v2(
+            ROT, cos=cos,
+            _q_base_index=0, _q_size=(3, 4), _q_stride=(4, 1), _q_storage_offset=0,
+            _k_base_index=0, _k_size=(3, 4), _k_stride=(4, 1), _k_storage_offset=12,
+            _all_bases=[pool],
+        )
+        pool.copy_(out[1])
+        return pool.sum()
+
+    gm, report = run_pipeline(f, randn((2, 3, 4), (3, 4)))
+    assert clones(gm) == [] and aten.copy_.default not in targets(gm)
+    (call,) = [n for n in gm.graph.nodes if n.target is ROT]
+    assert {a.args[0].op for a in call.args[:2]} == {"placeholder"}
+
+
+def test_v1_qkv_split_with_scatter_write_back() -> None:
+    def f(x: torch.Tensor, w: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
+        qkv = x @ w
+        q, k, v = qkv.split([4, 4, 4], dim=-1)
+        _, q2, k2 = auto_functionalized(ROT, q=q, k=k, cos=cos)
+        t = torch.slice_scatter(qkv, q2, 1, 0, 4)
+        t = torch.slice_scatter(t, k2, 1, 4, 8)
+        q3, k3, v3 = t.split([4, 4, 4], dim=-1)
+        return q3 + k3 + v3
+
+    gm, report = run_pipeline(f, randn((3, 8), (8, 12), (3, 4)))
+    kinds = [low.kind for low in report.lowering.lowered]
+    assert kinds == ["auto_functionalized", "scatter", "scatter"]
+    # the strided q and k are copied with their layout (flat prefix + as_strided)...
+    assert len(report.lowering.clones) == 4
+    # ...and all copies go: rot_ writes q and k of qkv in place
+    assert clones(gm) == [] and aten.slice_scatter.default not in targets(gm)
+    assert aten.copy_.default not in targets(gm)
+
+
+def test_v1_kv_pool_rows_of_input() -> None:
+    def f(pool: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
+        _, q2, k2 = auto_functionalized(ROT, q=pool[0], k=pool[1], cos=cos)
+        t = torch.select_scatter(pool, q2, 0, 0)
+        t = torch.select_scatter(t, k2, 0, 1)
+        s = t.sum()
+        pool.copy_(t)
+        return s
+
+    gm, report = run_pipeline(f, randn((2, 3, 4), (3, 4)))
+    assert clones(gm) == [] and aten.copy_.default not in targets(gm)
+    assert {str(d.reason) for d in report.folds} == {"clone-copied-back"}
+
+
+def test_v1_two_mutated_args_and_multi_output() -> None:
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        x = a + 1
+        out1, out2, x2 = auto_functionalized(SPLIT2, x=x)
+        return out1 * out2 + x2
+
+    gm, report = run_pipeline(f, randn((4,), (4,)))
+    assert clones(gm) == []
+    (call,) = [n for n in gm.graph.nodes if n.target is SPLIT2]
+    assert sorted(u.args[1] for u in call.users) == [0, 1]
+
+
+def test_v1_tensor_list_argument() -> None:
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        c = a + 1
+        _, new = auto_functionalized(BUMP_ALL, xs=[c, b])
+        b.copy_(new[1])
+        return new[0] * 2
+
+    gm, report = run_pipeline(f, randn((4,), (4,)))
+    assert clones(gm) == [] and AF not in targets(gm)
+    (call,) = [n for n in gm.graph.nodes if n.target is BUMP_ALL]
+    assert [x.name for x in call.args[0]] == ["add", "b_1"]
+
+
+def test_repeated_mutation_of_one_input() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        o1 = auto_functionalized_v2(BUMP, _x_base_index=0, _all_bases=[x])
+        o2 = auto_functionalized_v2(BUMP, _x_base_index=0, _all_bases=[o1[1]])
+        x.copy_(o2[1])
+        return x * 1
+
+    gm, report = run_pipeline(f, randn((4,)))
+    assert clones(gm) == [] and targets(gm).count(BUMP) == 2
+
+
+def test_inductor_198031_pattern_keeps_clone() -> None:
+    """``y = x.clone(); op(y, x)``: the op reads x while writing y (pytorch/pytorch#198031)."""
+
+    def f(a: torch.Tensor) -> torch.Tensor:
+        x = a + 1
+        _, y2 = auto_functionalized(ADDREV, y=x, x=x)  # what remains once noop removal dropped the clone
+        return y2
+
+    gm, report = run_pipeline(f, lambda: [torch.arange(6.0)])
+    (clone,) = clones(gm)
+    (call,) = [n for n in gm.graph.nodes if n.target is ADDREV]
+    assert call.args[0] is clone and call.args[1].name == "add"
+    (d,) = report.eliminations[0].decisions
+    assert d.reason.condition == "C4"
+
+
+def test_donated_input_clone_removed() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        out = auto_functionalized_v2(BUMP, _x_base_index=0, _all_bases=[x])
+        return out[1] * 2  # x is not copied back: only donation allows writing it
+
+    _, report = run_pipeline(f, randn((4,)))
+    assert report.removed == ()
+    gm, report = run_pipeline(f, randn((4,)), donated=(0,))
+    assert clones(gm) == []
+
+
+def test_skips_graph_without_fake_values() -> None:
+    gm = make_fx(lambda a: auto_functionalized(BUMP, x=a * 2)[1], tracing_mode="fake")(torch.randn(3))
+    for n in gm.graph.nodes:
+        n.meta.pop("val", None)  # a test building its own input graph
+    report = lower_functional_ops(gm.graph)
+    assert report.lowered == () and [s.reason for s in report.skipped] == ["the graph has no fake tensors"]
+    assert AF in targets(gm)
+
+
+def test_lower_functional_false_leaves_wrappers() -> None:
+    gm = make_fx(lambda a: auto_functionalized(BUMP, x=a * 2)[1], tracing_mode="fake")(torch.randn(3))
+    report = lower_and_eliminate(gm.graph, lower_functional=False)
+    assert report.lowering.lowered == () and AF in targets(gm)
+
+
+# --- copy-back folds on plain graphs --------------------------------------------------
+
+
+def _trace(fn: Callable[..., object], *shapes: tuple[int, ...]) -> torch.fx.GraphModule:
+    return make_fx(fn, tracing_mode="fake")(*[torch.randn(*s) for s in shapes])
+
+
+def _decide(fn: Callable[..., object], *shapes: tuple[int, ...], donated: Sequence[int] = ()) -> tuple[str, CopyBackReason]:
+    from aliasing import analyze
+
+    gm = _trace(fn, *shapes)
+    clone = next(n for n in gm.graph.nodes if n.target is CLONE)
+    d = plan_copy_back(analyze(gm, donated_inputs=donated), clone)
+    rewritten = copy_program(gm)
+    fold_copy_backs(rewritten.graph, donated_inputs=donated)
+    rewritten.recompile()
+    check_equivalent(gm, rewritten, randn(*shapes), donated_inputs=donated)
+    return d.action, d.reason
+
+
+def test_fold_clone_copied_back_into_input() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        c = x.clone()
+        c.mul_(2)
+        x.copy_(c)
+        return x.sum()
+
+    assert _decide(f, (4,)) == ("fold", CopyBackReason.FOLDABLE)
+
+
+def test_keep_when_input_read_between_write_and_copy_back() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        c = x.clone()
+        c.mul_(2)
+        s = x.sum()  # the old value
+        x.copy_(c)
+        return s
+
+    assert _decide(f, (4,)) == ("keep", CopyBackReason.ORIGINAL_READ)
+
+
+def test_keep_when_clone_written_after_copy_back() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        c = x.clone()
+        c.mul_(2)
+        x.copy_(c)
+        c.add_(1)
+        return c.sum()
+
+    assert _decide(f, (4,)) == ("keep", CopyBackReason.WRITE_AFTER_COPY_BACK)
+
+
+def test_keep_when_clone_returned() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        c = x.clone()
+        c.mul_(2)
+        x.copy_(c)
+        return c
+
+    assert _decide(f, (4,)) == ("keep", CopyBackReason.OUTPUT_ALIASING)
+
+
+def test_keep_when_copy_back_covers_another_region() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        c = x.clone()
+        c.mul_(2)
+        x[0].copy_(c[1])
+        return x.sum()
+
+    assert _decide(f, (2, 3)) == ("keep", CopyBackReason.REGION_MISMATCH)
+
+
+def test_keep_when_original_written_before_copy_back() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        c = x.clone()
+        x.add_(1)
+        c.mul_(2)
+        x.copy_(c)
+        return x.sum()
+
+    assert _decide(f, (4,)) == ("keep", CopyBackReason.ORIGINAL_WRITTEN)
+
+
+def test_keep_written_clone_of_input_without_copy_back() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        c = x.clone()
+        c.mul_(2)
+        return c.sum()
+
+    assert _decide(f, (4,)) == ("keep", CopyBackReason.NO_COPY_BACK)
+
+
+def test_fold_clone_written_where_original_is_never_read_again() -> None:
+    """Region precision: the clone is written in row 0; only row 1 of the original is read later."""
+
+    def f(a: torch.Tensor) -> torch.Tensor:
+        x = a + 1
+        c = x.clone()
+        c[0].mul_(2)
+        return c.sum() + x[1].sum()
+
+    assert _decide(f, (2, 3)) == ("fold", CopyBackReason.UNOBSERVED)
+
+
+def test_keep_clone_written_where_original_is_read() -> None:
+    def f(a: torch.Tensor) -> torch.Tensor:
+        x = a + 1
+        c = x.clone()
+        c[0].mul_(2)
+        return c.sum() + x[0].sum()
+
+    assert _decide(f, (2, 3)) == ("keep", CopyBackReason.ORIGINAL_READ)
+
+
+# --- self-copies ----------------------------------------------------------------------
+
+
+def test_drop_self_copies_same_region_only() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        x[0].copy_(x[0])  # same region: no-op
+        x[1].copy_(x[0])  # another region: a real copy
+        return x.sum()
+
+    gm = _trace(f, (2, 3))
+    rewritten = copy_program(gm)
+    dropped = drop_self_copies(rewritten.graph)
+    rewritten.recompile()
+    assert len(dropped) == 1
+    assert sum(1 for n in rewritten.graph.nodes if n.target is aten.copy_.default) == 1
+    check_equivalent(gm, rewritten, randn((2, 3)))
+
+
+def test_getitem_users_rewired() -> None:
+    def f(a: torch.Tensor) -> torch.Tensor:
+        y = a * 2
+        res = auto_functionalized(SPLIT2, x=y)
+        return res[0] + res[1] + res[2]
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(4))
+    lower_functional_ops(gm.graph)
+    assert not any(n.target is operator.getitem and n.args[0].target is AF for n in gm.graph.nodes if n.op == "call_function")
+    gm.graph.lint()
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_clone_keeps_layout(dense: bool) -> None:
+    def f(a: torch.Tensor) -> torch.Tensor:
+        x = a + 1
+        v = x if dense else x[:, 1:3]
+        _, v2 = auto_functionalized(BUMP, x=v)
+        return v2.sum() + x.sum()
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(3, 4))
+    report = lower_functional_ops(gm.graph)
+    (call,) = [n for n in gm.graph.nodes if n.target is BUMP]
+    arg = call.args[0].meta["val"]  # the copy the op writes has the argument's exact layout
+    assert arg.stride() == (4, 1) and arg.storage_offset() == (0 if dense else 1)
+    assert tuple(arg.shape) == ((3, 4) if dense else (3, 2))
+    assert len(report.clones) == 1
+    check_equivalent(make_fx(f, tracing_mode="fake")(torch.randn(3, 4)), gm, randn((3, 4)))
