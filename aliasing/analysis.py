@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 import torch
 import torch.fx
 
-from aliasing.effects import DEFAULT_EFFECTS, SINGLE, Effect, EffectTable, mutates_metadata, tensor_nodes
+from aliasing.effects import DEFAULT_EFFECTS, SINGLE, Effect, EffectTable, mutates_metadata, tensor_nodes, unknown_effect
 from aliasing.errors import UnknownNodeError, describe_node
 from aliasing.facts import FactsCache, TensorFacts, facts_of_value, is_tensor_meta
 from aliasing.regions import Region, regions_may_overlap
@@ -242,8 +242,9 @@ class _Builder:
             out |= self.points_to.get(n, frozenset())
         return out
 
-    def call(self, pos: int, node: torch.fx.Node) -> None:
-        effect = self.effects.effect(node, self.cache)
+    def call(self, pos: int, node: torch.fx.Node, effect: Optional[Effect] = None) -> None:
+        if effect is None:
+            effect = self.effects.effect(node, self.cache)
         self.effect_of[node] = effect
         self.roles[node] = Role.INTERMEDIATE
         self.record(pos, node, "read", effect.reads, whole=effect.unknown)
@@ -298,8 +299,8 @@ class _Builder:
             self.effect_of[node] = Effect(note="getitem")
             self.bind(node, pts, facts)
             return
-        # getitem on a tensor or an opaque value: indexing, treated as an unknown op.
-        self.call(pos, node)
+        # getitem on a tensor or on an opaque value: indexing, treated as an unknown op.
+        self.call(pos, node, unknown_effect(node, "getitem of a value without known outputs"))
 
 
 class AliasAnalysis:

@@ -21,8 +21,11 @@ means a fresh allocation). The rules:
   Triton's own mutation analysis finds them, or every tensor argument when
   that analysis is not available), ``with_effects`` (the wrapped op's effect;
   output 0 is the effect token).
+- Control-flow higher-order ops (``cond``, ``while_loop``, ``invoke_subgraph``,
+  ``wrap`` and its variants) by analysing their subgraphs
+  (:mod:`aliasing.subgraphs`), falling back to unknown when that fails.
 - Everything else (``call_method``, ``call_module``, Python callables,
-  control-flow and unrecognised higher-order ops) is :data:`UNKNOWN`: it may
+  unrecognised higher-order ops) is unknown (:func:`unknown_effect`): it may
   read and write every tensor it can reach and may return an alias of any of
   them.
 
@@ -44,6 +47,7 @@ import torch.fx
 from aliasing.facts import FactsCache, TensorFacts
 
 __all__ = [
+    "unknown_effect",
     "Effect",
     "EffectRule",
     "EffectTable",

@@ -83,9 +83,6 @@ __all__ = [
 #: Views that may reach memory outside their base's elements (R5 d).
 _ESCAPING_VIEWS = frozenset({"aten::as_strided", "aten::as_strided_", "aten::_reshape_alias"})
 
-#: Storage ids the analysis uses for "any storage" (kept equal to ``aliasing.analysis.UNKNOWN_STORAGE``).
-_UNKNOWN = "unknown"
-
 
 class OpaqueSubgraph(AliasingError):
     """A subgraph whose effect on its inputs cannot be summarised precisely (R5)."""
@@ -182,6 +179,8 @@ def summarize_subgraph(
 
 
 def _summarize(analysis: AliasAnalysis, scalar_inputs: frozenset[int]) -> SubgraphSummary:
+    from aliasing.analysis import UNKNOWN_STORAGE
+
     nodes = analysis.nodes
     for n in nodes:
         if n.op == "call_function" and _op_name(n.target) in _ESCAPING_VIEWS:
@@ -196,7 +195,9 @@ def _summarize(analysis: AliasAnalysis, scalar_inputs: frozenset[int]) -> Subgra
         if not sids or p in scalars:
             continue  # not a tensor (an int, a SymInt, a constant the op passes)
         if analysis.region_of(p) is None:
-            raise OpaqueSubgraph(f"placeholder {p.name} has no metadata: its region is unknown (R5 b)")
+            raise OpaqueSubgraph(
+                f"placeholder {p.name} has no region (no metadata, or an op changes its layout) (R5 b)"
+            )
         for sid in sids:
             by_storage.setdefault(sid, []).append(i)
 
@@ -231,15 +232,16 @@ def _summarize(analysis: AliasAnalysis, scalar_inputs: frozenset[int]) -> Subgra
             exact.append(False)
             continue
         sids = analysis.storage_of(value)
-        if _UNKNOWN in sids:
+        if UNKNOWN_STORAGE in sids:
             raise OpaqueSubgraph(f"output {k} ({value.name}) may live in any storage (R5 e)")
         aliased: set[int] = set()
         for sid in sids:
             if sid in by_storage:
                 aliased.update(by_storage[sid])
                 continue
-            if analysis.storage_role(sid) is not Role.INTERMEDIATE:
-                raise OpaqueSubgraph(f"output {k} ({value.name}) lives in {analysis.storage_role(sid).value} memory (R5 e)")
+            role = analysis.storage_role(sid)
+            if role is not Role.INTERMEDIATE:
+                raise OpaqueSubgraph(f"output {k} ({value.name}) lives in {role.value} memory (R5 e)")
             other = fresh_owner.setdefault(sid, k)
             if other != k:
                 raise OpaqueSubgraph(f"outputs {other} and {k} may share the fresh storage {sid} (R5 f)")
@@ -418,15 +420,17 @@ def _cond_rule(table: TableRef) -> EffectRule:
 def _while_loop_rule(table: TableRef) -> EffectRule:
     def rule(node: torch.fx.Node, facts: FactsCache) -> Effect:
         args = node.args
-        if len(args) != 4 or not all(isinstance(a, (tuple, list)) for a in args[2:]):
+        carried = args[2] if len(args) == 4 else None
+        additional = args[3] if len(args) == 4 else None
+        if not isinstance(carried, (tuple, list)) or not isinstance(additional, (tuple, list)):
             raise OpaqueSubgraph("expected while_loop(cond_fn, body_fn, carried_inputs, additional_inputs) (R5 h)")
         _no_tensor_kwargs(node)
-        carried, additional = list(args[2]), list(args[3])  # type: ignore[arg-type]
-        operands = carried + additional
+        operands = [*carried, *additional]
         cond_fn = _summary(node, args[0], operands, table())
         body = _summary(node, args[1], operands, table())
         if len(body.outputs) != len(carried) or body.single_output:
-            raise OpaqueSubgraph(f"the body returns {len(body.outputs)} values for {len(carried)} carried inputs (R5 h)")
+            count = len(body.outputs)
+            raise OpaqueSubgraph(f"the body returns {count} values for {len(carried)} carried inputs (R5 h)")
         if body.aliases_inputs:
             raise OpaqueSubgraph("the body may return an alias of its inputs (R4, R5 h)")
         # R4: outputs are fresh (clones, or the last iteration's fresh body outputs); the body's

@@ -225,12 +225,13 @@ def build_transformer_graph(
     method : {"replicate", "make_fx"}
         ``"make_fx"`` traces the whole model with ``make_fx(tracing_mode="fake")``
         (about 4 ms a node: minutes at 64k nodes). ``"replicate"`` traces one
-        layer with ``make_fx`` and copies it ``layers`` times by graph surgery,
-        then recomputes every node's ``meta['val']`` by running its op on the
-        fake values of its arguments inside one ``FakeTensorMode`` (so views
-        share their base's fake storage and every allocation gets a fresh one),
-        plus ``tensor_meta`` and ``eager_input_vals`` as ``make_fx`` records them.
-        Both give the same graph (same ops, arguments, names and metadata).
+        layer with ``make_fx`` and copies it ``layers`` times by graph surgery;
+        each copy gets its own fake tensors in the same ``FakeTensorMode``,
+        derived from the template's (same sizes, strides, dtypes; storages
+        remapped so that views share their base's storage and every allocation
+        gets a fresh one), plus ``tensor_meta`` and ``eager_input_vals`` as
+        ``make_fx`` records them. Both give the same graph (same ops, arguments,
+        names and metadata); ``tests/test_benchmarks_smoke.py`` checks it.
 
     Returns
     -------
@@ -307,7 +308,7 @@ def _replicate(spec: GraphSpec, mode: FakeTensorMode, fake: Sequence[Tensor]) ->
         env: dict[torch.fx.Node, torch.fx.Node] = dict(zip(t_inputs, bound))
         # template storage -> (storage of layer i, offset shift)
         storages: dict[int, tuple[torch.UntypedStorage, int]] = {}
-        for k, (t_in, new_in) in enumerate(zip(t_inputs, bound)):
+        for t_in, new_in in zip(t_inputs, bound):
             t_val, new_val = t_in.meta["val"], new_in.meta["val"]
             shift = i * cache_step if t_in is t_cache else new_val.storage_offset() - t_val.storage_offset()
             storages.setdefault(_storage_key(t_val), (new_val.untyped_storage(), shift))

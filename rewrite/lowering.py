@@ -330,6 +330,8 @@ def _val(node: torch.fx.Node) -> Any:
 
 
 _COMPUTE: Any = object()
+#: Replacement key for "the wrapper's value itself" (not one of its getitems).
+_SELF: Any = object()
 
 
 class _Builder:
@@ -627,13 +629,13 @@ def _lower_v2(b: _Builder, node: torch.fx.Node) -> tuple[list[torch.fx.Node], to
     op = node.args[0]
     if not isinstance(op, torch._ops.OpOverload):
         raise _Skip("the mutable op is a higher-order op")
-    users = _getitem_users(node)
     kwargs = dict(node.kwargs)
     bases = kwargs.pop("_all_bases", None)
     if not isinstance(bases, (list, tuple)):
         raise _Skip("no _all_bases")
     if torch._library.utils.is_out(op):
-        return _lower_v2_out(b, node, op, kwargs, users)
+        return _lower_v2_out(b, node, op, kwargs)
+    users = _getitem_users(node)
     names, types = get_mutable_args_from_schema(op._schema)
     try:
         infos = read_view_information_from_args(names, types, kwargs, list(bases))
@@ -709,8 +711,9 @@ def _replay_view_chain(b: _Builder, info: Any, base: Any, copy: torch.fx.Node) -
 
 
 def _lower_v2_out(
-    b: _Builder, node: torch.fx.Node, op: torch._ops.OpOverload, kwargs: dict[str, Any], users: dict[object, list[torch.fx.Node]]
+    b: _Builder, node: torch.fx.Node, op: torch._ops.OpOverload, kwargs: dict[str, Any]
 ) -> tuple[list[torch.fx.Node], torch.fx.Node, dict[object, torch.fx.Node]]:
+    """``out=`` ops: the wrapper allocates the outputs (nothing is copied); so does the lowering."""
     from torch._higher_order_ops.auto_functionalize import get_mutable_args_from_schema
 
     names, _ = get_mutable_args_from_schema(op._schema)
@@ -725,11 +728,13 @@ def _lower_v2_out(
         kwargs[name] = t
         outs.append(t)
     call = _emit_op(b, op, kwargs)
-    repl: dict[object, torch.fx.Node] = {}
-    if len(outs) == 1 and node.users and not _is_tuple_val(node):
+    if not _is_tuple_val(node):
         # A single out= tensor: the wrapper's value is the tensor itself.
-        return [], call, {"__self__": outs[0]}
-    for idx in users:
+        if len(outs) != 1:
+            raise _Skip("out= wrapper with one value but several out arguments")
+        return [], call, {_SELF: outs[0]}
+    repl: dict[object, torch.fx.Node] = {}
+    for idx in _getitem_users(node):
         if not isinstance(idx, int) or not 0 <= idx < len(outs):
             raise _Skip(f"getitem index {idx!r} out of range")
         repl[idx] = outs[idx]
@@ -784,7 +789,11 @@ def _lower_scatters(b: _Builder, graph: torch.fx.Graph, lowered_values: set[torc
         sv, iv = _val(node), _val(inp)
         if not isinstance(sv, torch.Tensor) or not isinstance(iv, torch.Tensor):
             continue
-        if not (len(sv.stride()) == len(iv.stride()) and all(_known_eq(s, t) for s, t in zip(sv.stride(), iv.stride()))):
+        if not (
+            len(sv.stride()) == len(iv.stride())
+            and all(_known_eq(s, t) for s, t in zip(sv.stride(), iv.stride()))
+            and _known_eq(sv.storage_offset(), iv.storage_offset())
+        ):
             continue  # the scatter's result has another layout than its input: leave it
         start = len(b.created)
         try:
@@ -944,21 +953,28 @@ def _nested_lists(node: torch.fx.Node, call: torch.fx.Node, kind: Kind) -> dict[
 
 
 def _check_rewirable(node: torch.fx.Node, repl: dict[object, torch.fx.Node], lists: dict[object, list[torch.fx.Node]]) -> None:
+    if _SELF in repl:
+        return
     for g in node.users:
         idx = g.args[1]
         if not g.users:
             continue
         if idx in lists:
             for u in g.users:
-                if u.op != "call_function" or u.target is not operator.getitem or not isinstance(u.args[1], int):
+                if (
+                    u.op != "call_function"
+                    or u.target is not operator.getitem
+                    or not isinstance(u.args[1], int)
+                    or not -len(lists[idx]) <= u.args[1] < len(lists[idx])
+                ):
                     raise _Skip(f"{u.name} uses a list of new values other than through getitem")
-        elif repl.get(idx) is None and "__self__" not in repl:
+        elif repl.get(idx) is None:
             raise _Skip(f"no replacement for output {idx!r}")
 
 
 def _rewire(graph: torch.fx.Graph, node: torch.fx.Node, repl: dict[object, torch.fx.Node], lists: dict[object, list[torch.fx.Node]]) -> None:
-    if "__self__" in repl:
-        node.replace_all_uses_with(repl["__self__"])
+    if _SELF in repl:
+        node.replace_all_uses_with(repl[_SELF])
         graph.erase_node(node)
         return
     for g in list(node.users):

@@ -76,3 +76,19 @@ def test_storage_graph_schema() -> None:
         assert all(isinstance(v, (str, int, float)) for v in attrs.values())
     for _, attrs in g.nodes(data=True):
         assert all(isinstance(v, (str, int, float)) for v in attrs.values())
+
+
+def test_indexing_and_opaque_getitem_without_metadata_are_unknown() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    programs = [
+        lambda x: (x[0:2].add_(1), x * 2)[1],  # operator.getitem on a tensor: indexing
+        lambda x: torch.split(x, 2)[0],  # getitem of an opaque call's result
+    ]
+    for fn in programs:
+        for with_meta in (False, True):
+            gm = torch.fx.symbolic_trace(fn)
+            if with_meta:
+                FakeTensorProp(gm, FakeTensorMode()).propagate(torch.randn(4, 3))
+            check_analysis(aliasing.analyze(gm), gm, [torch.randn(4, 3)])

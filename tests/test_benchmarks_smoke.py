@@ -78,7 +78,8 @@ def test_replicated_graph_equals_make_fx_graph() -> None:
     replicated, inputs_b = build_transformer_graph(3, method="replicate")
     assert _signature(replicated) == _signature(traced)
     # the KV-cache slices of layer 2 start two layer-strides into the cache
-    selects = [n for n in replicated.graph.nodes if n.target is torch.ops.aten.select.int and n.args[0].name == "arg3_1"]
+    select = torch.ops.aten.select.int
+    selects = [n for n in replicated.graph.nodes if n.target is select and n.args[0].name == "arg3_1"]
     assert [s.args[2] for s in selects] == [0, 1, 2]
     assert [s.meta["val"].storage_offset() for s in selects] == [0, 1 * 2 * 16 * 32, 2 * 2 * 16 * 32]
     torch.testing.assert_close(replicated(*inputs_b()), traced(*inputs_a()))
@@ -157,6 +158,7 @@ def test_summarise_checks_targets() -> None:
     assert s["largest_nodes"] == 64 and s["growth_from_nodes"] == 16
     assert s["analyze"]["ratio_to_bare"] == 20.0 and s["analyze"]["growth"] == 4.0
     assert s["analyze"]["meets_targets"]
+    assert s["bare_growth"] == 4.0 and s["analyze"]["growth_over_bare_growth"] == 1.0
     assert s["eliminate"]["ratio_to_bare"] == 50.0 and not s["eliminate"]["meets_targets"]
     wall = scaling.summarise(rows, "wall")
     assert wall["analyze"]["ratio_to_bare"] == 60.0 and not wall["analyze"]["meets_targets"]

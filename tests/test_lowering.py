@@ -481,3 +481,31 @@ def test_clone_keeps_layout(dense: bool) -> None:
     assert tuple(arg.shape) == ((3, 4) if dense else (3, 2))
     assert len(report.clones) == 1
     check_equivalent(make_fx(f, tracing_mode="fake")(torch.randn(3, 4)), gm, randn((3, 4)))
+
+
+_LIB = torch.library.Library("fxa_lowering_test", "FRAGMENT")
+_LIB.define("twice.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)", tags=(torch.Tag.out,))
+
+
+@torch.library.impl(_LIB, "twice.out", "CompositeExplicitAutograd")
+def _twice_out(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    return torch.mul(x, 2, out=out)
+
+
+@torch.library.register_fake("fxa_lowering_test::twice.out")
+def _twice_out_fake(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+    return out
+
+
+def test_v2_out_operator_allocates_instead_of_copying() -> None:
+    op = torch.ops.fxa_lowering_test.twice.out
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = auto_functionalized_v2(
+            op, x=x, _out_size=(4,), _out_stride=(1,), _out_dtype=torch.float32, _out_device=torch.device("cpu"), _all_bases=[]
+        )
+        return y + 1
+
+    gm, report = run_pipeline(f, randn((4,)))
+    assert report.lowering.clones == () and [low.kind for low in report.lowering.lowered] == ["auto_functionalized_v2"]
+    assert AF2 not in targets(gm) and op in targets(gm) and aten.empty_strided.default in targets(gm)
