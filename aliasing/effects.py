@@ -157,6 +157,24 @@ METADATA_ONLY = frozenset(
 )
 
 
+#: View ops that always return a view of their input (never a copy): they read no data.
+VIEWS = frozenset(
+    "aten::" + name
+    for name in (
+        "view _unsafe_view slice select narrow split split_with_sizes unsafe_split unsafe_split_with_sizes "
+        "unbind chunk tensor_split transpose permute t expand expand_as unsqueeze squeeze diagonal "
+        "as_strided alias detach _reshape_alias view_as unflatten movedim moveaxis unfold real imag "
+        "view_as_real view_as_complex swapaxes swapdims numpy_T matrix_H mT mH adjoint _conj _neg_view "
+        "lift_fresh indices values crow_indices col_indices ccol_indices row_indices"
+    ).split()
+)
+
+#: Ops whose result is a view of their first argument although their schema declares a
+#: fresh tensor. (Fake-tensor evidence finds such results at trace time too, but not once
+#: a rewrite has made the metadata stale, so these are listed.)
+UNDECLARED_VIEWS = frozenset({"aten::_unsafe_view"})
+
+
 @dataclass(frozen=True)
 class _SchemaEffect:
     names: tuple[str, ...]
@@ -167,6 +185,8 @@ class _SchemaEffect:
     out_sets: tuple[frozenset[str], ...]
     list_return: bool  # a single Tensor[] return
     metadata_only: bool
+    never_copies: bool  # a view op that always returns a view (reads no data)
+    aliases_first_arg: bool  # returns a view of its first argument although the schema says fresh
 
 
 @lru_cache(maxsize=None)
@@ -187,6 +207,8 @@ def _schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
         out_sets=tuple(frozenset(o.alias_set) for o in info.outs),
         list_return=list_return,
         metadata_only=name in METADATA_ONLY or schema.name in METADATA_ONLY,
+        never_copies=schema.name in VIEWS,
+        aliases_first_arg=schema.name in UNDECLARED_VIEWS,
     )
 
 
@@ -287,7 +309,10 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache) -> Effect:
     else:
         facts_per_key = {}
 
+    if se.aliases_first_arg and all_tensors and SINGLE in outputs and not outputs[SINGLE]:
+        outputs[SINGLE] = (all_tensors[0],)  # e.g. _unsafe_view: a view its schema does not declare
     # Fake-tensor evidence: a "fresh" output that shares an argument's storage aliases it.
+    # (Evidence only ever adds aliasing; metadata made stale by a rewrite cannot remove any.)
     arg_keys: Optional[dict[int, torch.fx.Node]] = None
     pure_view = not writes and bool(outputs) and all(outputs.values())
     read_aliased: set[torch.fx.Node] = set()
@@ -300,9 +325,9 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache) -> Effect:
                 hit = arg_keys.get(f.storage_key)
                 if hit is not None:
                     outputs[k] = (hit,)
-        elif pure_view:
-            # A view op reads nothing, unless the trace shows it copied (reshape of a
-            # non-viewable input) or we cannot tell.
+        elif pure_view and not se.never_copies:
+            # An op that may return a view or a copy (reshape, contiguous) reads nothing
+            # only when the trace shows it returned a view.
             if f is None or f.storage_key not in _storage_keys(srcs, facts):
                 read_aliased.update(srcs)
     if pure_view:

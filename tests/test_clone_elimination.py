@@ -366,3 +366,25 @@ def test_lowered_fused_op_through_view(mode: str) -> None:
 def test_lowered_fused_op_with_donated_residual() -> None:
     decisions = rewrite_and_check(_lowered_block, _block_inputs, donated=(1,))
     assert decisions == {"clone": REMOVE, "clone_1": REMOVE}
+
+
+def test_second_run_over_stale_metadata_stays_sound() -> None:
+    """After a removal, users of the clone keep fake tensors of its (dead) storage; an
+    undeclared view (_unsafe_view) of it must still alias the original on a second run."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        c = y.clone()
+        v = torch.ops.aten._unsafe_view.default(c, [4, 2])
+        d = y.clone()
+        d.add_(1)
+        return v.sum() + d.sum()
+
+    inputs = lambda: [torch.randn(2, 4)]  # noqa: E731
+    original = make_fx(f, tracing_mode="fake")(*inputs())
+    rewritten = copy_program(original)
+    first = eliminate_clones(rewritten, strict=True)
+    second = eliminate_clones(rewritten, strict=True)
+    assert first.removed == ("clone",)
+    assert second.removed == ()
+    check_equivalent(original, rewritten, inputs)

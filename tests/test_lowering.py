@@ -509,3 +509,81 @@ def test_v2_out_operator_allocates_instead_of_copying() -> None:
     gm, report = run_pipeline(f, randn((4,)))
     assert report.lowering.clones == () and [low.kind for low in report.lowering.lowered] == ["auto_functionalized_v2"]
     assert AF2 not in targets(gm) and op in targets(gm) and aten.empty_strided.default in targets(gm)
+
+
+# --- property: random clone / write / read / copy-back sequences ----------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_ROW = st.integers(min_value=0, max_value=2)
+_STEP = st.one_of(
+    st.tuples(st.just("write_clone"), _ROW),
+    st.tuples(st.just("write_clone_all"), st.just(0)),
+    st.tuples(st.just("read_clone"), _ROW),
+    st.tuples(st.just("write_original"), _ROW),
+    st.tuples(st.just("read_original"), _ROW),
+    st.tuples(st.just("copy_back_row"), st.tuples(_ROW, _ROW)),
+    st.tuples(st.just("copy_back_all"), st.just(0)),
+    st.tuples(st.just("op_reads_original"), _ROW),
+)
+
+
+def _program(steps: list[tuple[str, object]], intermediate: bool, view: bool, returns_clone: bool) -> Callable[..., object]:
+    def f(x: torch.Tensor) -> object:
+        base = x + 0 if intermediate else x
+        o = base[:, 1:] if view else base
+        c = o.clone()
+        acc = torch.zeros(())
+        for kind, arg in steps:
+            if kind == "write_clone":
+                c[arg].mul_(2)  # type: ignore[index]
+            elif kind == "write_clone_all":
+                c.add_(1)
+            elif kind == "read_clone":
+                acc = acc + c[arg].sum()  # type: ignore[index]
+            elif kind == "write_original":
+                o[arg].add_(3)  # type: ignore[index]
+            elif kind == "read_original":
+                acc = acc + o[arg].sum()  # type: ignore[index]
+            elif kind == "copy_back_row":
+                i, j = arg  # type: ignore[misc]
+                o[i].copy_(c[j])
+            elif kind == "copy_back_all":
+                o.copy_(c)
+            else:  # one node writes the clone and reads the original
+                torch.ops.fxa_lowering_test.addrev_.default(c[arg], o[(arg + 1) % 3])  # type: ignore[index,operator]
+        outs = [acc, base * 1]
+        if returns_clone:
+            outs.append(c)
+        return tuple(outs)
+
+    return f
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    steps=st.lists(_STEP, min_size=1, max_size=6),
+    intermediate=st.booleans(),
+    view=st.booleans(),
+    returns_clone=st.booleans(),
+    donated=st.booleans(),
+)
+def test_folds_are_sound_on_random_sequences(
+    steps: list[tuple[str, object]], intermediate: bool, view: bool, returns_clone: bool, donated: bool
+) -> None:
+    """Fold decisions (F1-F8) checked against real execution on drawn programs."""
+    fn = _program(steps, intermediate, view, returns_clone)
+    inputs = randn((3, 4))
+    donation = (0,) if donated else ()
+    original = make_fx(fn, tracing_mode="fake")(*inputs())
+    for step in ("fold", "pipeline"):
+        rewritten = copy_program(original)
+        if step == "fold":
+            fold_copy_backs(rewritten.graph, donated_inputs=donation)
+        else:
+            report = lower_and_eliminate(rewritten.graph, donated_inputs=donation)
+            assert report.error is None, report.error
+        rewritten.recompile()
+        rewritten.graph.lint()
+        check_equivalent(original, rewritten, inputs, donated_inputs=donation)

@@ -26,6 +26,7 @@ four soundness clauses with :func:`rewrite.testing.check_equivalent`.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import textwrap
@@ -285,6 +286,11 @@ def _elements(t: torch.Tensor) -> frozenset[int]:
     return frozenset(idx.tolist())
 
 
+def _clone_keeps_layout(t: torch.Tensor) -> bool:
+    """Whether ``t.clone()`` has ``t``'s strides and storage offset."""
+    return t.storage_offset() == 0 and t.clone().stride() == t.stride()
+
+
 def _broadcasts_to(src: Sequence[int], dst: Sequence[int]) -> bool:
     if len(src) > len(dst):
         return False
@@ -313,6 +319,12 @@ class _Value:
     @property
     def writable(self) -> bool:
         return len(self.elements) == self.tensor.numel()
+
+
+@functools.lru_cache(maxsize=None)
+def _integers(lo: int, hi: int) -> st.SearchStrategy[int]:
+    """``st.integers(lo, hi)``, built once (drawing is the hot path of the generator)."""
+    return st.integers(lo, hi)
 
 
 class _Rejected(Exception):
@@ -404,7 +416,7 @@ class _Builder:
     # -- drawing helpers -------------------------------------------------- #
 
     def _int(self, lo: int, hi: int) -> int:
-        return self.draw(st.integers(lo, hi))
+        return self.draw(_integers(lo, hi))
 
     def _choice(self, options: Sequence[Any]) -> Any:
         return options[self._int(0, len(options) - 1)]
@@ -529,7 +541,12 @@ class _Builder:
         """
         inputs = {v.storage for v in self.values if v.kind == "input"}
         if self._int(0, 1) == 0:
-            src = self._choice([v for v in self.values if v.kind == "input"])
+            candidates = [v for v in self.values if v.kind == "input"]
+            # Mostly inputs whose clone has the same layout (else C1 alone decides).
+            same_layout = [v for v in candidates if _clone_keeps_layout(v.tensor)]
+            if same_layout and self._int(0, 3) != 0:
+                candidates = same_layout
+            src = self._choice(candidates)
         else:
             intermediates = [v for v in self.values if v.storage not in inputs]
             if not intermediates:
@@ -540,7 +557,8 @@ class _Builder:
         by_name = {v.name: v for v in self.values}
         clone, original = self.clones[-1]
         sides = [by_name[clone].storage, by_name[original].storage]
-        writers = [kind for kind in ("inplace", "out", "custom") if any(k == kind for k, _ in self.kinds)]
+        enabled = {k for k, _ in self.kinds}
+        writers = [kind for kind in ("inplace", "inplace", "out", "custom") if kind in enabled]
         parts: list[tuple[int, Callable[[], None]]] = []
         side = sides[self._int(0, 1)]
         if self._int(0, 2) == 2:  # write through a view
