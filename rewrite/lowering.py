@@ -107,7 +107,7 @@ from torch.utils import _pytree as pytree
 
 from aliasing import Access, AliasAnalysis, Region, analyze, regions_may_overlap
 from aliasing.analysis import UNKNOWN_STORAGE
-from aliasing.facts import TensorFacts, same_layout
+from aliasing.facts import TensorFacts, has_meta, meta_value, same_layout
 from aliasing.roles import CALLER_VISIBLE
 from rewrite.apply import apply_decisions
 from rewrite.decisions import CloneEliminationReport, Decision, Reason
@@ -326,7 +326,7 @@ def _known_eq(a: object, b: object) -> bool:
 
 
 def _val(node: torch.fx.Node) -> Any:
-    return node.meta.get("val")
+    return meta_value(node)
 
 
 _COMPUTE: Any = object()
@@ -345,9 +345,9 @@ class _Builder:
     def fake(self, obj: Any) -> Any:
         def one(x: Any) -> Any:
             if isinstance(x, torch.fx.Node):
-                if "val" not in x.meta:
+                if not has_meta(x):
                     raise _Skip(f"argument {x.name} has no meta['val']")
-                return x.meta["val"]
+                return meta_value(x)
             return x
 
         return pytree.tree_map(one, obj)
@@ -372,7 +372,7 @@ def _fake_mode(graph: torch.fx.Graph) -> Any:
 
     vals = []
     for n in graph.nodes:
-        v = n.meta.get("val")
+        v = meta_value(n)
         if isinstance(v, torch.Tensor):
             vals.append(v)
         elif isinstance(v, (list, tuple)):
@@ -742,7 +742,7 @@ def _lower_v2_out(
 
 
 def _is_tuple_val(node: torch.fx.Node) -> bool:
-    return isinstance(node.meta.get("val"), (list, tuple))
+    return isinstance(meta_value(node), (list, tuple))
 
 
 def _lower_triton(b: _Builder, node: torch.fx.Node) -> tuple[list[torch.fx.Node], torch.fx.Node, dict[object, torch.fx.Node]]:
@@ -1302,16 +1302,16 @@ def _refresh_stale(graph: torch.fx.Graph, stale: set[int]) -> list[str]:
     mode = _fake_mode(graph)
     recreated: list[str] = []
     for node in list(graph.nodes):
-        if node.op != "call_function" or "val" not in node.meta:
+        if node.op != "call_function" or not has_meta(node):
             continue
-        if not (_val_keys(node.meta["val"]) & stale):
+        if not (_val_keys(meta_value(node)) & stale):
             continue
         if mode is None:
             raise RuntimeError("no fake mode to recompute stale metadata")
         b = _Builder(graph, mode)
         with graph.inserting_before(node):
             if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
-                parent = node.args[0].meta.get("val")
+                parent = meta_value(node.args[0])
                 val = parent[node.args[1]] if isinstance(parent, (list, tuple)) else _COMPUTE
                 fresh = b.call(node.target, tuple(node.args), dict(node.kwargs), val=val)
             else:
@@ -1324,10 +1324,10 @@ def _refresh_stale(graph: torch.fx.Graph, stale: set[int]) -> list[str]:
 
 def _replace(graph: torch.fx.Graph, old: torch.fx.Node, new: torch.fx.Node) -> None:
     """Replace ``old`` by ``new`` everywhere, erase ``old``, and refresh the stale users."""
-    stale = _val_keys(old.meta.get("val"))
+    stale = _val_keys(meta_value(old))
     old.replace_all_uses_with(new)
     graph.erase_node(old)
-    _refresh_stale(graph, stale - _val_keys(new.meta.get("val")))
+    _refresh_stale(graph, stale - _val_keys(meta_value(new)))
 
 
 def _eliminate(graph: torch.fx.Graph, donated: tuple[int, ...]) -> CloneEliminationReport:
@@ -1345,12 +1345,12 @@ def _eliminate(graph: torch.fx.Graph, donated: tuple[int, ...]) -> CloneEliminat
     stale: set[int] = set()
     for d in decisions:
         if d.action == "remove" and d.node in by_name:
-            stale |= _val_keys(by_name[d.node].meta.get("val"))
+            stale |= _val_keys(meta_value(by_name[d.node]))
     apply_decisions(graph, decisions)
     keep_keys = set()
     for n in graph.nodes:
         if n.op in ("placeholder", "get_attr"):
-            keep_keys |= _val_keys(n.meta.get("val"))
+            keep_keys |= _val_keys(meta_value(n))
     _refresh_stale(graph, stale - keep_keys)
     for d in decisions:
         log.debug("%s %s (%s): %s %s", d.action, d.node, d.original, d.reason, ", ".join(d.evidence))

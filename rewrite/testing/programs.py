@@ -375,6 +375,7 @@ class _Builder:
         self._history: list[tuple[str, tuple[str, ...], str]] = []
         self._last_clone_source = ""
         self._aim: int | None = None  # storage that operand picks must use while set (hazards)
+        self._focus_off = False  # no aiming at the last clone pair (set after some hazards)
         self._reset()
 
     # -- state ------------------------------------------------------------ #
@@ -427,7 +428,7 @@ class _Builder:
 
     def _focus(self) -> list[set[int]]:
         """Storages of the most recent clone and of its original (the pair statements aim at)."""
-        if not self.clones:
+        if not self.clones or self._focus_off:
             return []
         by_name = {v.name: v for v in self.values}
         clone, original = self.clones[-1]
@@ -532,6 +533,7 @@ class _Builder:
             forms.append("{x}.contiguous()")
         self._last_clone_source = src.name
         self._emit(self._choice(forms).format(x=src.name), "clone")
+        self._focus_off = False
 
     def _draw_hazard(self) -> None:
         """A clone, then maybe a view and a write of one side (clone or original), then maybe a read.
@@ -575,6 +577,9 @@ class _Builder:
                 pass
             finally:
                 self._aim = None
+        # Half the time, later statements stop aiming at this pair (so that the hazard
+        # is not always masked by later reads and writes of both sides).
+        self._focus_off = self._int(0, 1) == 1
 
     def _draw_pointwise(self) -> None:
         a = self._pick(self.values)
