@@ -388,3 +388,19 @@ def test_second_run_over_stale_metadata_stays_sound() -> None:
     assert first.removed == ("clone",)
     assert second.removed == ()
     check_equivalent(original, rewritten, inputs)
+
+
+def test_exported_program_returning_removed_clones_keeps_its_signature() -> None:
+    class Returns(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            y = x * 2
+            return y.clone(), (y + 1).clone()
+
+    inputs = lambda: [torch.randn(3)]  # noqa: E731
+    ep = torch.export.export(Returns(), tuple(inputs()))
+    original = copy_program(ep)
+    report = eliminate_clones(ep, strict=True)
+    assert report.removed == ("clone", "clone_1")
+    names = [spec.arg.name for spec in ep.graph_signature.output_specs]  # type: ignore[union-attr]
+    assert names == ["mul", "add"]
+    check_equivalent(original, ep, inputs)

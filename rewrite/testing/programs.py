@@ -26,9 +26,11 @@ four soundness clauses with :func:`rewrite.testing.check_equivalent`.
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import math
+import re
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -195,7 +197,7 @@ class Program:
         self.seed = seed
         self.num_ops = num_ops
         self.uses_custom_ops = uses_custom_ops
-        self.graph_module = make_fx(self._fn, tracing_mode="fake")(*self._make_inputs())
+        self.graph_module = _trace(self._fn, self._make_inputs, function_source, inputs_source)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if hasattr(self, name):
@@ -244,6 +246,31 @@ class Program:
     def __repr__(self) -> str:
         body = textwrap.indent(self.inputs_source + self.function_source, "    ")
         return f"Program(seed={self.seed}, donated_inputs={self.donated_inputs}, num_ops={self.num_ops}):\n{body}"
+
+
+_TRACES: collections.OrderedDict[tuple[str, str], tuple[torch.fx.GraphModule, str]] = collections.OrderedDict()
+_TRACE_CACHE_SIZE = 512
+
+
+def _trace(
+    fn: Callable[..., Any], make_inputs: Callable[[], list[torch.Tensor]], function_source: str, inputs_source: str
+) -> torch.fx.GraphModule:
+    """``make_fx(fn, tracing_mode="fake")`` on fresh inputs, cached by source.
+
+    Hypothesis draws the same program many times while shrinking; a trace does
+    not depend on input values, so the key leaves the seed out. A cached module
+    is reused only while its graph is unchanged (a caller may have rewritten it).
+    """
+    key = (function_source, re.sub(r"manual_seed\(\d+\)", "manual_seed(SEED)", inputs_source))
+    hit = _TRACES.get(key)
+    if hit is not None and str(hit[0].graph) == hit[1]:
+        _TRACES.move_to_end(key)
+        return hit[0]
+    gm = make_fx(fn, tracing_mode="fake")(*make_inputs())
+    _TRACES[key] = (gm, str(gm.graph))
+    if len(_TRACES) > _TRACE_CACHE_SIZE:
+        _TRACES.popitem(last=False)
+    return gm
 
 
 # --------------------------------------------------------------------------- #
@@ -543,8 +570,12 @@ class _Builder:
         """
         inputs = {v.storage for v in self.values if v.kind == "input"}
         if self._int(0, 1) == 0:
+            by_name = {v.name: v for v in self.values}
+            cloned = {by_name[original].storage for _, original in self.clones}
             candidates = [v for v in self.values if v.kind == "input"]
-            # Mostly inputs whose clone has the same layout (else C1 alone decides).
+            # Inputs not cloned yet (a second clone reads the original again), and
+            # mostly inputs whose clone has the same layout (else C1 alone decides).
+            candidates = [v for v in candidates if v.storage not in cloned] or candidates
             same_layout = [v for v in candidates if _clone_keeps_layout(v.tensor)]
             if same_layout and self._int(0, 3) != 0:
                 candidates = same_layout

@@ -1,0 +1,378 @@
+"""Property-based tests over random programs, and tests of the program generator itself.
+
+Properties (issue 5), each over programs drawn by ``rewrite.testing.programs``
+(the number of examples follows the Hypothesis profile, ``ci`` by default):
+
+1. the analysis never claims "no alias", "no overlap" or "no writer" where a
+   real run shows otherwise (``check_analysis``);
+2. ``eliminate_clones`` preserves semantics (``check_pass``) and a second run
+   removes nothing;
+3. ``eliminate_clones`` never raises, nor fails internally, on a drawn program.
+
+The generator: ``source()`` is a standalone script that re-traces to the same
+graph (also in a fresh interpreter), the graph computes what the Python
+function computes, inputs are fresh and deterministic, every construct the
+issue lists shows up with reasonable frequency, and options are validated.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.fx
+from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+import aliasing
+import rewrite
+from rewrite.errors import NotEquivalent, RewriteError
+from rewrite.testing import Program, check_analysis, check_pass, copy_program, programs
+from rewrite.testing.programs import CI_SETTINGS, SOAK_SETTINGS, register_profiles
+
+# Per-test settings only lift what a traced draw needs; example counts follow the profile.
+fuzz = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def draw_many(strategy: st.SearchStrategy[Program], n: int) -> list[Program]:
+    """``n`` programs drawn deterministically (no shrinking, no database)."""
+    drawn: list[Program] = []
+
+    @settings(
+        max_examples=n,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(strategy)
+    def collect(program: Program) -> None:
+        drawn.append(program)
+
+    collect()
+    return drawn
+
+
+@pytest.fixture(scope="module")
+def sample() -> list[Program]:
+    """A fixed batch of default programs, shared by the generator tests."""
+    return draw_many(programs(), 150)
+
+
+def call_targets(gm: torch.fx.GraphModule) -> Counter[str]:
+    return Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+
+
+def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.storage_offset() == b.storage_offset()
+        and torch.equal(a, b)
+    )
+
+
+# --------------------------------------------------------------------------- #
+# Properties 1-3
+# --------------------------------------------------------------------------- #
+
+
+@fuzz
+@given(programs())
+def test_analysis_never_misses_an_alias_overlap_or_writer(program: Program) -> None:
+    gm = program.graph_module
+    analysis = aliasing.analyze(gm, donated_inputs=program.donated_inputs)
+    check_analysis(analysis, gm, program.make_inputs())
+
+
+@fuzz
+@given(programs())
+def test_eliminate_clones_preserves_semantics_and_is_idempotent(program: Program) -> None:
+    reports: list[rewrite.CloneEliminationReport] = []
+
+    def run(gm: torch.fx.GraphModule) -> None:
+        reports.append(rewrite.eliminate_clones(gm, donated_inputs=program.donated_inputs, strict=True))
+
+    rewritten = check_pass(run, program)
+    (report,) = reports
+    remaining = {n.name for n in rewritten.graph.nodes if rewrite.is_clone_candidate(n)}
+    assert not remaining & set(report.removed)
+    assert remaining == set(report.kept)
+    second = rewrite.eliminate_clones(copy_program(rewritten), donated_inputs=program.donated_inputs, strict=True)
+    assert second.removed == (), f"a second run removed {second.removed}:\n{second}\n\n{program.source()}"
+
+
+@fuzz
+@given(programs())
+def test_eliminate_clones_never_raises(program: Program) -> None:
+    gm = copy_program(program.graph_module)
+    assert isinstance(gm, torch.fx.GraphModule)
+    report = rewrite.eliminate_clones(gm, donated_inputs=program.donated_inputs)
+    assert report.error is None, f"internal failure: {report.error}\n\n{program.source()}"
+    gm.graph.lint()
+
+
+# --------------------------------------------------------------------------- #
+# The generator
+# --------------------------------------------------------------------------- #
+
+
+@settings(fuzz, max_examples=25)
+@given(programs())
+def test_source_runs_and_retraces_to_the_same_graph(program: Program) -> None:
+    namespace: dict[str, object] = {"__name__": "fxa_fuzz_repro"}
+    exec(compile(program.source(), "<repro>", "exec"), namespace)
+    gm = namespace["gm"]
+    assert isinstance(gm, torch.fx.GraphModule)
+    assert call_targets(gm) == call_targets(program.graph_module)
+    assert gm.code == program.graph_module.code
+    assert namespace["DONATED_INPUTS"] == program.donated_inputs
+
+
+def test_source_is_standalone_in_a_fresh_interpreter() -> None:
+    program = find(
+        programs(),
+        lambda p: p.uses_custom_ops and "first_half" in p.function_source and "mutate_two" in p.function_source,
+        settings=settings(database=None, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck)),
+    )
+    script = program.source() + "\nprint(gm.code)\n"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "fxa_fuzz.mutate_two.default" in done.stdout
+    assert "fxa_fuzz.first_half.default" in done.stdout
+    assert done.stdout.strip() == program.graph_module.code.strip()
+
+
+@settings(fuzz, max_examples=25)
+@given(programs())
+def test_graph_computes_what_the_function_computes(program: Program) -> None:
+    eager_inputs = program.make_inputs()
+    graph_inputs = program.make_inputs()
+    namespace: dict[str, object] = {"torch": torch}
+    exec(program.function_source, namespace)
+    eager = namespace["program"](*eager_inputs)  # type: ignore[operator]
+    traced = program.graph_module(*graph_inputs)
+    assert len(eager) == len(traced)
+    for a, b in zip(eager, traced):
+        assert same_tensor(a, b)
+    for a, b in zip(eager_inputs, graph_inputs):  # in-place writes to inputs happen in both
+        assert same_tensor(a, b)
+
+
+def test_make_inputs_is_fresh_deterministic_and_unshared(sample: list[Program]) -> None:
+    for program in sample[:40]:
+        first, second = program.make_inputs(), program.make_inputs()
+        assert len(first) == len(program.graph_module.graph.find_nodes(op="placeholder"))
+        for a, b in zip(first, second):
+            assert same_tensor(a, b)
+            assert a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr()
+        storages = [x.untyped_storage().data_ptr() for x in first]
+        assert len(set(storages)) == len(storages)
+
+
+def test_placeholders_carry_fake_tensors_with_the_input_layout(sample: list[Program]) -> None:
+    for program in sample[:40]:
+        placeholders = program.graph_module.graph.find_nodes(op="placeholder")
+        for node, real in zip(placeholders, program.make_inputs()):
+            fake = node.meta["val"]
+            assert isinstance(fake, torch._subclasses.fake_tensor.FakeTensor)
+            assert (fake.shape, fake.stride(), fake.storage_offset()) == (
+                real.shape,
+                real.stride(),
+                real.storage_offset(),
+            )
+
+
+#: Regular expressions over ``function_source`` for every construct issue 5 lists.
+CONSTRUCTS: dict[str, str] = {
+    "view": r"\.view\(",
+    "reshape": r"\.reshape\(",
+    "slice": r"\[[^\]]*\d:\d",
+    "select": r"\.select\(|\[(:, )*\d+\]",
+    "narrow": r"\.narrow\(",
+    "split": r"\.split\(",
+    "unbind": r"\.unbind\(",
+    "chunk": r"torch\.chunk\(",
+    "transpose": r"\.transpose\(",
+    "permute": r"\.permute\(",
+    "t": r"\.t\(\)",
+    "expand": r"\.expand\(",
+    "unsqueeze": r"\.unsqueeze\(",
+    "diagonal": r"\.diagonal\(",
+    "as_strided": r"\.as_strided\(",
+    "add_": r"\.add_\(",
+    "mul_": r"\.mul_\(",
+    "copy_": r"\.copy_\(",
+    "zero_": r"\.zero_\(\)",
+    "index_put_": r"\.index_put_\(",
+    "masked_fill_": r"\.masked_fill_\(",
+    "out=": r"out=v|out=x",
+    "custom op writing two arguments": r"fxa_fuzz\.mutate_two\(",
+    "custom op returning a view": r"fxa_fuzz\.first_half\(",
+    "clone": r"\.clone\(\)|torch\.clone\(",
+    "clone(memory_format=contiguous_format)": r"memory_format=torch\.contiguous_format",
+    "clone(memory_format=preserve_format)": r"memory_format=torch\.preserve_format",
+    "clone(memory_format=channels_last)": r"memory_format=torch\.channels_last",
+    "no-op _to_copy": r"\.to\(torch\.float32, copy=True\)",
+    "pointwise": r" = v\d+ \+ |torch\.sin\(|torch\.relu\(|\.neg\(\)",
+    "chained in-place result": r"v\d+ = v\d+\.\w+_\(",
+}
+
+
+def test_programs_draw_every_construct(sample: list[Program]) -> None:
+    sources = [p.function_source for p in sample]
+    missing = [name for name, pattern in CONSTRUCTS.items() if not any(re.search(pattern, s) for s in sources)]
+    assert not missing, f"never drawn in {len(sample)} programs: {missing}"
+    layouts = " ".join(p.inputs_source for p in sample)
+    for marker in ("transpose(-2, -1)", "[..., ::2]", ")[1:]"):
+        assert marker in layouts, f"no input built with {marker}"
+    assert any(p.donated_inputs for p in sample) and any(not p.donated_inputs for p in sample)
+
+
+def _returns(program: Program) -> list[torch.fx.Node]:
+    out = program.graph_module.graph.output_node().args[0]
+    return [n for n in out if isinstance(n, torch.fx.Node)]  # type: ignore[union-attr]
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    if node.target is getattr(__import__("operator"), "getitem"):
+        return True
+    return bool(schema and schema.returns and schema.returns[0].alias_info and not schema.returns[0].alias_info.is_write)
+
+
+def test_programs_have_aliasing_with_reasonable_frequency(sample: list[Program]) -> None:
+    n = len(sample)
+    inplace = sum(any(t.endswith(("_.default", "_.Tensor", "_.Scalar")) or ".out" in t or "mutate_two" in t
+                      for t in call_targets(p.graph_module)) for p in sample)
+    views = sum(any(_is_view(node) for node in p.graph_module.graph.nodes if node.op == "call_function")
+                for p in sample)
+    clones = sum(any(rewrite.is_clone_candidate(node) for node in p.graph_module.graph.nodes) for p in sample)
+    view_outputs = sum(any(_is_view(node) for node in _returns(p)) for p in sample)
+    repeated = sum(len(_returns(p)) != len(set(_returns(p))) for p in sample)
+    dead = sum(any(not node.users for node in p.graph_module.graph.nodes
+                   if node.op == "call_function" and rewrite.is_clone_candidate(node)) for p in sample)
+    assert clones >= 0.8 * n, f"{clones}/{n} programs with a clone"
+    assert inplace >= 0.5 * n, f"{inplace}/{n} programs with an in-place op"
+    assert views >= 0.3 * n, f"{views}/{n} programs with a view"
+    assert view_outputs >= 0.05 * n, f"{view_outputs}/{n} programs returning a view"
+    assert repeated >= 0.03 * n, f"{repeated}/{n} programs returning a value twice"
+    assert dead >= 0.05 * n, f"{dead}/{n} programs with a dead clone"
+
+
+def test_options_bound_and_restrict_programs() -> None:
+    drawn = draw_many(programs(max_ops=3, max_inputs=1, max_size=2, allow_custom_ops=False, allow_donation=False), 40)
+    assert drawn
+    for program in drawn:
+        assert program.num_ops <= 3
+        assert "fxa_fuzz" not in program.function_source and not program.uses_custom_ops
+        assert program.donated_inputs == ()
+        (x,) = program.make_inputs()
+        assert all(1 <= s <= 2 for s in x.shape)
+    assert all(p.num_ops >= 2 for p in draw_many(programs(min_ops=2, max_ops=2), 20))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_ops": -1},
+        {"min_ops": 5, "max_ops": 2},
+        {"max_ops": 1.5},
+        {"max_inputs": 0},
+        {"max_outputs": 0},
+        {"max_size": 0},
+        {"max_size": True},
+        {"alias_bias": 1.5},
+        {"alias_bias": "high"},
+        {"allow_custom_ops": 1},
+        {"allow_donation": None},
+    ],
+)
+def test_invalid_arguments_raise_invalid_argument(kwargs: dict[str, object]) -> None:
+    with pytest.raises(InvalidArgument):
+        programs(**kwargs)  # type: ignore[arg-type]
+
+
+def test_program_is_read_only_and_has_a_readable_repr(sample: list[Program]) -> None:
+    program = sample[-1]
+    with pytest.raises(AttributeError):
+        program.donated_inputs = (0,)  # type: ignore[misc]
+    text = repr(program)
+    assert text.startswith("Program(seed=")
+    assert "def program(" in text and "def make_inputs():" in text
+
+
+# --------------------------------------------------------------------------- #
+# check_pass
+# --------------------------------------------------------------------------- #
+
+
+def drop_every_clone(gm: torch.fx.GraphModule) -> None:
+    """An unsound pass: every clone becomes its argument."""
+    for node in list(gm.graph.nodes):
+        if rewrite.is_clone_candidate(node):
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
+    gm.recompile()
+
+
+def _fails(pass_fn: Callable[[torch.fx.GraphModule], object]) -> Callable[[Program], bool]:
+    def predicate(program: Program) -> bool:
+        try:
+            check_pass(pass_fn, program)
+        except NotEquivalent:
+            return True
+        return False
+
+    return predicate
+
+
+def test_check_pass_catches_an_unsound_pass_and_appends_the_repro() -> None:
+    program = find(
+        programs(),
+        _fails(drop_every_clone),
+        settings=settings(database=None, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck)),
+    )
+    before = program.graph_module.code
+    with pytest.raises(NotEquivalent) as info:
+        check_pass(drop_every_clone, program)
+    assert info.value.clause in {"output", "input-mutation", "new-aliasing", "raises"}
+    message = str(info.value)
+    assert program.source() in message and "rewritten graph:" in message
+    assert program.graph_module.code == before  # the pass ran on a copy
+
+
+def test_check_pass_accepts_in_place_and_returning_passes(sample: list[Program]) -> None:
+    program = sample[10]
+    same = check_pass(lambda gm: None, program)
+    assert same is not program.graph_module and same.code == program.graph_module.code
+    fresh = torch.fx.GraphModule(torch.nn.Module(), copy_program(program.graph_module).graph)
+    assert check_pass(lambda gm: fresh, program) is fresh
+    report_returning = check_pass(lambda gm: rewrite.eliminate_clones(gm, donated_inputs=program.donated_inputs), program)
+    assert isinstance(report_returning, torch.fx.GraphModule)
+
+
+def test_check_pass_strict_rejects_a_malformed_graph(sample: list[Program]) -> None:
+    program = next(p for p in sample if any(n.op == "call_function" for n in p.graph_module.graph.nodes))
+
+    def misorder(gm: torch.fx.GraphModule) -> None:
+        first = next(n for n in gm.graph.nodes if n.op == "call_function")
+        gm.graph.output_node().append(first)  # a node after the output: lint fails
+
+    with pytest.raises(RewriteError, match="lint"):
+        check_pass(misorder, program)
+
+
+def test_profiles_register() -> None:
+    register_profiles()
+    assert settings.get_profile("ci").deadline is None
+    assert settings.get_profile("ci").max_examples == CI_SETTINGS.max_examples
+    assert settings.get_profile("soak").max_examples == SOAK_SETTINGS.max_examples
