@@ -17,7 +17,9 @@ C6 if ``c`` (or an alias) is returned, ``o`` must not live in caller-visible
 C7 decisions are taken one clone at a time, in graph order, against the
    analysis *as updated by the removals already decided*: after ``c`` goes,
    its storage is merged into ``o``'s, so a second clone of ``o`` sees the
-   first one's writes as writes of ``o``.
+   first one's writes as writes of ``o``. Clones kept in one pass are decided
+   again in the next while removals happen (a removed clone may have been the
+   read that kept an earlier one), so the plan is a fixed point.
 
 Everything a condition cannot prove is a keep with its :class:`Reason`:
 missing metadata or an ambiguous storage (``UNKNOWN_STORAGE``), an opaque op
@@ -256,15 +258,24 @@ def plan_clone_elimination(
         candidates = [n for n in analysis.nodes if is_clone_candidate(n)]
     state = _State(analysis)
     order = sorted(candidates, key=analysis.position)
-    decisions: list[Decision] = []
-    for clone in order:
-        d = _decide(state, clone, skip_set)
-        decisions.append(d)
-        if d.action == "remove":
-            original = state.resolve(clone.args[0])  # type: ignore[arg-type]
-            sc, so = _single_storage(analysis, clone), _single_storage(analysis, original)
-            state.removed.add(clone)
-            state.replaced[clone] = original
-            if sc is not None and so is not None:
-                state.merge(sc, so)
-    return decisions
+    decisions: dict[torch.fx.Node, Decision] = {}
+    pending = order
+    while pending:
+        # C7: each pass decides the clones still kept against the graph as the removals
+        # so far leave it. A removal can unblock a clone decided earlier (a later clone
+        # was the read that kept it), so passes repeat until nothing changes: the plan
+        # is a fixed point, and running the pass again removes nothing.
+        removed_any = False
+        for clone in pending:
+            d = _decide(state, clone, skip_set)
+            decisions[clone] = d
+            if d.action == "remove":
+                removed_any = True
+                original = state.resolve(clone.args[0])  # type: ignore[arg-type]
+                sc, so = _single_storage(analysis, clone), _single_storage(analysis, original)
+                state.removed.add(clone)
+                state.replaced[clone] = original
+                if sc is not None and so is not None:
+                    state.merge(sc, so)
+        pending = [c for c in pending if decisions[c].action == "keep"] if removed_any else []
+    return [decisions[c] for c in order]

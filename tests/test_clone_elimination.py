@@ -404,3 +404,20 @@ def test_exported_program_returning_removed_clones_keeps_its_signature() -> None
     names = [spec.arg.name for spec in ep.graph_signature.output_specs]  # type: ignore[union-attr]
     assert names == ["mul", "add"]
     check_equivalent(original, ep, inputs)
+
+
+def test_removal_of_a_later_clone_unblocks_an_earlier_one() -> None:
+    """Found by the soak campaign: the second clone of v0 was the read that kept the first;
+    once it goes (it is dead), the first may go too, in the same run (C7 fixed point)."""
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor]:
+        v0 = x + 1.0
+        v1 = v0.clone()
+        v1.add_(1.0)
+        v0.clone()  # dead: removable, and the only read of v0 after v1's write
+        v3 = v1.clone()
+        v3.add_(1.0)
+        return (v3,)
+
+    decisions = rewrite_and_check(f, lambda: [torch.randn(1)])
+    assert decisions == {"clone": REMOVE, "clone_1": REMOVE, "clone_2": REMOVE}
