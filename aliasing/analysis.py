@@ -569,20 +569,25 @@ _gc_depth = 0
 
 @contextmanager
 def paused_gc() -> Iterator[None]:
-    """Keep Python's cyclic garbage collector off the objects that exist already.
+    """Pause Python's cyclic garbage collector for one pass over a graph.
 
-    One pass over a large graph allocates many small objects; each collection
+    One pass over a large graph allocates many small objects; the collections
     they trigger would otherwise traverse the whole heap (every node and fake
-    tensor of the graph). ``gc.freeze`` moves the existing objects out of the
-    collector's sight for the duration; ``gc.unfreeze`` puts them back.
+    tensor of the graph) again and again, which made analysis time grow faster
+    than the graph. The collector is disabled and the existing objects frozen
+    for the duration; both are restored afterwards (nested uses are no-ops).
     """
     global _gc_depth
     _gc_depth += 1
+    enabled = gc.isenabled()
     if _gc_depth == 1:
         gc.freeze()
+        gc.disable()
     try:
         yield
     finally:
         _gc_depth -= 1
         if _gc_depth == 0:
             gc.unfreeze()
+            if enabled:
+                gc.enable()
