@@ -93,11 +93,15 @@ def eliminate_clones(
     """
     graph = _graph_of(target)
     donated = tuple(donated_inputs)
+    with paused_gc():
+        return _eliminate(target, graph, donated, strict)
+
+
+def _eliminate(target: Target, graph: torch.fx.Graph, donated: tuple[int, ...], strict: bool) -> CloneEliminationReport:
     candidates = [n for n in graph.nodes if is_clone_candidate(n)]
     try:
         analysis = analyze(target, donated_inputs=donated)
-        with paused_gc():
-            decisions = plan_clone_elimination(analysis, candidates)
+        decisions = plan_clone_elimination(analysis, candidates)
     except Exception as e:
         if strict:
             if isinstance(e, AliasingError):
@@ -108,8 +112,7 @@ def eliminate_clones(
         return CloneEliminationReport(
             tuple(Decision(n.name, "keep", Reason.INTERNAL_ERROR, (), str(n.args[0])) for n in candidates), message
         )
-    with paused_gc():
-        replaced = apply_decisions(graph, decisions)
+    replaced = apply_decisions(graph, decisions)
     if replaced:
         if isinstance(target, torch.export.ExportedProgram):
             _rename_exported_outputs(target, replaced)

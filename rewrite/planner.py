@@ -264,18 +264,31 @@ def plan_clone_elimination(
         # C7: each pass decides the clones still kept against the graph as the removals
         # so far leave it. A removal can unblock a clone decided earlier (a later clone
         # was the read that kept it), so passes repeat until nothing changes: the plan
-        # is a fixed point, and running the pass again removes nothing.
-        removed_any = False
+        # is a fixed point, and running the pass again removes nothing. A removal only
+        # changes the accesses of the storage class it merges into, so only kept clones
+        # whose own or original's class was touched are decided again.
+        touched: list[str] = []
         for clone in pending:
             d = _decide(state, clone, skip_set)
             decisions[clone] = d
             if d.action == "remove":
-                removed_any = True
                 original = state.resolve(clone.args[0])  # type: ignore[arg-type]
                 sc, so = _single_storage(analysis, clone), _single_storage(analysis, original)
                 state.removed.add(clone)
                 state.replaced[clone] = original
                 if sc is not None and so is not None:
                     state.merge(sc, so)
-        pending = [c for c in pending if decisions[c].action == "keep"] if removed_any else []
+                    touched.append(so)
+        dirty = {state.find(s) for s in touched}
+        pending = [c for c in pending if decisions[c].action == "keep" and _classes_of(state, c) & dirty]
     return [decisions[c] for c in order]
+
+
+def _classes_of(state: _State, clone: torch.fx.Node) -> set[str]:
+    """Roots of the storage classes a clone's decision depends on (its own and its original's)."""
+    roots: set[str] = set()
+    for node in (clone, state.resolve(clone.args[0])):  # type: ignore[arg-type]
+        sid = _single_storage(state.analysis, node)
+        if sid is not None:
+            roots.add(state.find(sid))
+    return roots
