@@ -63,7 +63,7 @@ def draw_many(strategy: st.SearchStrategy[Program], n: int) -> list[Program]:
 @pytest.fixture(scope="module")
 def sample() -> list[Program]:
     """A fixed batch of default programs, shared by the generator tests."""
-    return draw_many(programs(), 150)
+    return draw_many(programs(), 300)
 
 
 def call_targets(gm: torch.fx.GraphModule) -> Counter[str]:
@@ -137,11 +137,9 @@ def test_source_runs_and_retraces_to_the_same_graph(program: Program) -> None:
     assert namespace["DONATED_INPUTS"] == program.donated_inputs
 
 
-def test_source_is_standalone_in_a_fresh_interpreter() -> None:
-    program = find(
-        programs(),
-        lambda p: p.uses_custom_ops and "first_half" in p.function_source and "mutate_two" in p.function_source,
-        settings=settings(database=None, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck)),
+def test_source_is_standalone_in_a_fresh_interpreter(sample: list[Program]) -> None:
+    program = next(
+        p for p in sample if "fxa_fuzz.first_half" in p.function_source and "fxa_fuzz.mutate_two" in p.function_source
     )
     script = program.source() + "\nprint(gm.code)\n"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
@@ -260,7 +258,7 @@ def test_programs_have_aliasing_with_reasonable_frequency(sample: list[Program])
     repeated = sum(len(_returns(p)) != len(set(_returns(p))) for p in sample)
     dead = sum(any(not node.users for node in p.graph_module.graph.nodes
                    if node.op == "call_function" and rewrite.is_clone_candidate(node)) for p in sample)
-    assert clones >= 0.8 * n, f"{clones}/{n} programs with a clone"
+    assert clones >= 0.7 * n, f"{clones}/{n} programs with a clone"
     assert inplace >= 0.5 * n, f"{inplace}/{n} programs with an in-place op"
     assert views >= 0.3 * n, f"{views}/{n} programs with a view"
     assert view_outputs >= 0.05 * n, f"{view_outputs}/{n} programs returning a view"

@@ -99,7 +99,7 @@ _HEADER = "import torch\nfrom torch.fx.experimental.proxy_tensor import make_fx\
 #: Settings for continuous integration: small example counts, no deadline (a
 #: draw traces a program with ``make_fx``), no example database, derandomized.
 CI_SETTINGS = settings(
-    max_examples=40,
+    max_examples=100,
     deadline=None,
     derandomize=True,
     database=None,
@@ -361,7 +361,7 @@ class _Rejected(Exception):
 _KINDS: tuple[tuple[str, int], ...] = (
     ("clone", 3),
     ("hazard", 8),
-    ("view", 5),
+    ("view", 8),
     ("inplace", 5),
     ("pointwise", 3),
     ("out", 2),
@@ -400,7 +400,6 @@ class _Builder:
         self.env: dict[str, Any] = {}
         self.values: list[_Value] = []
         self._history: list[tuple[str, tuple[str, ...], str]] = []
-        self._last_clone_source = ""
         self._aim: int | None = None  # storage that operand picks must use while set (hazards)
         self._focus_off = False  # no aiming at the last clone pair (set after some hazards)
         self._reset()
@@ -453,13 +452,13 @@ class _Builder:
         """True with probability ``alias_bias`` (shrinks toward True when bias > 0)."""
         return self._int(0, 99) < round(self.alias_bias * 100)
 
-    def _focus(self) -> list[set[int]]:
+    def _focus(self) -> list[int]:
         """Storages of the most recent clone and of its original (the pair statements aim at)."""
         if not self.clones or self._focus_off:
             return []
         by_name = {v.name: v for v in self.values}
         clone, original = self.clones[-1]
-        return [{by_name[clone].storage}, {by_name[original].storage}]
+        return [by_name[clone].storage, by_name[original].storage]
 
     def _pick(self, candidates: Sequence[_Value]) -> _Value:
         """Pick a candidate; with probability ``alias_bias``, one living with the focused clone or its original."""
@@ -472,7 +471,7 @@ class _Builder:
         focus = self._focus()
         if focus and self._biased():
             side = focus[self._int(0, 1)]
-            preferred = [v for v in candidates if v.storage in side]
+            preferred = [v for v in candidates if v.storage == side]
             if preferred:
                 return self._choice(preferred)
         return self._choice(candidates)
@@ -523,8 +522,11 @@ class _Builder:
         except _Rejected:
             pass
 
-    def _emit(self, expr: str, kind: str, *, bind: bool = True) -> None:
-        """Execute ``expr`` on the real state, then record it (binding its tensors to new names)."""
+    def _emit(self, expr: str, kind: str, *, bind: bool = True, original: str = "") -> None:
+        """Execute ``expr`` on the real state, then record it (binding its tensors to new names).
+
+        ``original`` names the value a ``"clone"`` statement copies.
+        """
         if len(self.lines) >= self.max_lines:
             raise _Rejected("program is long enough")
         try:
@@ -545,10 +547,14 @@ class _Builder:
         self._history.append((expr, names, kind))
         self.lines.append(line)
         if kind == "clone":
-            self.clones.append((names[0], self._last_clone_source))
+            self.clones.append((names[0], original))
 
     def _draw_clone(self, src: _Value | None = None) -> None:
-        # The last value made (chains such as ``y = x * 2; c = y.clone()``), or any value.
+        """A clone (``aten.clone`` with or without ``memory_format``, or a no-op ``_to_copy``) of ``src``.
+
+        By default ``src`` is the last value made (chains such as ``y = x * 2;
+        c = y.clone()``) or any value.
+        """
         if src is None:
             src = self.values[-1] if self._int(0, 2) == 0 else self._pick(self.values)
         forms = ["{x}.clone()", "{x}.clone()", "{x}.clone()", "torch.clone({x})"]
@@ -558,8 +564,7 @@ class _Builder:
             forms.append("{x}.clone(memory_format=torch.channels_last)")
         if not src.tensor.is_contiguous():
             forms.append("{x}.contiguous()")
-        self._last_clone_source = src.name
-        self._emit(self._choice(forms).format(x=src.name), "clone")
+        self._emit(self._choice(forms).format(x=src.name), "clone", original=src.name)
         self._focus_off = False
 
     def _draw_hazard(self) -> None:
@@ -857,7 +862,7 @@ def _draw_inputs(
     specs: list[_InputSpec] = []
     donated: list[int] = []
     for i in range(count):
-        rank = draw(st.integers(1, _MAX_RANK))
+        rank = draw(_RANKS)
         shape = tuple(draw(st.integers(1, max_size)) for _ in range(rank))
         layouts = ["contiguous", "contiguous", "offset", "strided"] + (["transposed"] if rank >= 2 else [])
         specs.append(_InputSpec(shape, draw(st.sampled_from(layouts))))
@@ -874,6 +879,7 @@ def _inputs_source(specs: Sequence[_InputSpec], seed: int) -> str:
 
 
 _MORE = st.integers(0, 19)  # 0 stops
+_RANKS = st.sampled_from([2, 1, 3, 4])  # matrices first: most views need two dimensions
 _ENABLED = st.integers(0, 3)  # 0 disables a statement kind in one program
 
 
@@ -952,7 +958,7 @@ def _check_bool(name: str, value: object) -> bool:
 
 def programs(
     *,
-    min_ops: int = 1,
+    min_ops: int = 2,
     max_ops: int = 10,
     max_inputs: int = 3,
     max_outputs: int = 3,

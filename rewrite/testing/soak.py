@@ -13,8 +13,11 @@ Hypothesis shrinks every failure; the smallest failing program of each round
 is written to ``DIR`` (default ``./repros``) as a standalone script: the
 program's :meth:`~rewrite.testing.Program.source` followed by the failing
 check. A round is a batch of examples under one seed; rounds repeat with new
-seeds until the time is up. The figures (programs run, clones seen, removed
-and kept, failures by check) are printed at the end, then as one JSON line.
+seeds until the time is up (a round that starts before the deadline runs to
+its end). The figures are printed at the end, then as one JSON line:
+``programs_run`` counts every program checked, Hypothesis's shrinking runs
+included; clones seen, removed and kept are summed over those programs;
+``failures`` counts failing rounds by check (at most 20 repro files per check).
 
 Examples
 --------
@@ -50,6 +53,7 @@ __all__ = ["CHECKS", "Figures", "SoakFailure", "check_program", "main", "run_cam
 CHECKS: tuple[str, ...] = ("analysis", "raises", "equivalence", "idempotence")
 
 _EXAMPLES_PER_ROUND = 25
+_MAX_REPROS_PER_CHECK = 20  # later failures of the same check are counted, not written
 
 
 class SoakFailure(AssertionError):
@@ -228,10 +232,11 @@ def run_campaign(
         except SoakFailure:
             program, failure = failing[-1]
             figures.failures[failure.check] += 1
-            path = _write_repro(out, program, failure, len(figures.repro_files))
-            figures.repro_files.append(path)
-            if echo:
-                print(f"failure ({failure.check}), repro written to {path}", file=sys.stderr)
+            if figures.failures[failure.check] <= _MAX_REPROS_PER_CHECK:
+                path = _write_repro(out, program, failure, len(figures.repro_files))
+                figures.repro_files.append(path)
+                if echo:
+                    print(f"failure ({failure.check}), repro written to {path}", file=sys.stderr)
         except Exception:  # a generator or harness error: report it and keep going
             if echo:
                 traceback.print_exc()
