@@ -11,11 +11,14 @@
 
 from rewrite.errors import NotEquivalent
 from rewrite.testing.equivalence import check_equivalent, copy_program
-from rewrite.testing.oracle import check_analysis, observe_memory
+from rewrite.testing.oracle import AnalysisUnsound, Exactness, Observed, check_analysis, observe_memory
 from rewrite.testing.programs import Program, check_pass, programs
 
 __all__ = [
+    "AnalysisUnsound",
+    "Exactness",
     "NotEquivalent",
+    "Observed",
     "Program",
     "check_analysis",
     "check_equivalent",
