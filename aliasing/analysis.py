@@ -103,7 +103,6 @@ class _Builder:
         self.output_node: Optional[torch.fx.Node] = None
         self.placeholder_storage: dict[int, int] = {}
         self.constant_storage: dict[object, int] = {}
-        self.boundary: list[int] = []  # storages of inputs, parameters, buffers, constants
         self.metadata_mutated: set[torch.fx.Node] = set()
 
     # -- storages -------------------------------------------------------------
@@ -168,14 +167,12 @@ class _Builder:
         if facts is None:
             # No metadata: the value may be a tensor sharing memory with any other input.
             s = self.new_storage(role, node, "no metadata")
-            self.boundary.append(s)
             self.bind(node, frozenset({s, _U}), None)
             return
         s = self.placeholder_storage.get(facts.storage_key)
         if s is None:
             s = self.new_storage(role, node)
             self.placeholder_storage[facts.storage_key] = s
-            self.boundary.append(s)
         elif self.storages[s].role is Role.DONATED_INPUT and role is not Role.DONATED_INPUT:
             # A storage is donated only if every input in it is.
             info = self.storages[s]
@@ -208,7 +205,6 @@ class _Builder:
             if s is None:
                 s = self.new_storage(role, node)
                 self.constant_storage[key] = s
-                self.boundary.append(s)
             # Regions from the real attribute: the metadata may be stale or missing.
             real = facts_of_value(value)
             self.bind(node, frozenset({s}), real if real is not None else None)
@@ -218,7 +214,6 @@ class _Builder:
         if s is None:
             s = self.new_storage(role, node, "constants without a module")
             self.constant_storage["shared"] = s
-            self.boundary.append(s)
         self.points_to[node] = frozenset({s})
         self.members[s].append(node)
         if facts is not None:

@@ -35,7 +35,6 @@ Rules are looked up in an :class:`EffectTable` that callers may extend
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -471,12 +470,8 @@ class EffectTable:
         return unknown_effect(node)
 
 
-def _getitem_placeholder(node: torch.fx.Node, facts: FactsCache) -> Effect:  # resolved by the analysis itself
-    return Effect(note="getitem")
-
-
 DEFAULT_EFFECTS = EffectTable(
-    rules={operator.getitem: _getitem_placeholder},
+    rules={},
     hop_rules={
         "auto_functionalized": _functional_hop,
         "auto_functionalized_v2": _functional_hop,

@@ -23,7 +23,6 @@ class Target:
     module: Optional[torch.nn.Module]
     input_roles: dict[str, Role]
     donated: frozenset[str]
-    mutated_buffers: frozenset[str]
 
 
 def _placeholders(graph: torch.fx.Graph) -> list[torch.fx.Node]:
@@ -36,12 +35,11 @@ def resolve_target(target: Any, donated_inputs: Iterable[int] = ()) -> Target:
     ``donated_inputs`` are placeholder positions (0-based, graph order).
     """
     roles: dict[str, Role] = {}
-    mutated: set[str] = set()
     module: Optional[torch.nn.Module]
     if isinstance(target, torch.export.ExportedProgram):
         module = target.graph_module
         graph = module.graph
-        from torch.export.graph_signature import InputKind, OutputKind
+        from torch.export.graph_signature import InputKind
 
         kinds = {
             InputKind.PARAMETER: Role.PARAMETER,
@@ -52,9 +50,6 @@ def resolve_target(target: Any, donated_inputs: Iterable[int] = ()) -> Target:
             name = getattr(spec.arg, "name", None)
             if name is not None:
                 roles[name] = kinds.get(spec.kind, Role.USER_INPUT)
-        for out in target.graph_signature.output_specs:
-            if out.kind == OutputKind.BUFFER_MUTATION and out.target is not None:
-                mutated.add(out.target)
     elif isinstance(target, torch.fx.GraphModule):
         module, graph = target, target.graph
     elif isinstance(target, torch.fx.Graph):
@@ -80,4 +75,4 @@ def resolve_target(target: Any, donated_inputs: Iterable[int] = ()) -> Target:
         if p.name in donated:
             role = Role.DONATED_INPUT
         roles[p.name] = role
-    return Target(graph, module, roles, frozenset(donated), frozenset(mutated))
+    return Target(graph, module, roles, frozenset(donated))
