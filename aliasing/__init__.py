@@ -5,8 +5,28 @@ Public surface:
 - :func:`analyze` builds an immutable :class:`AliasAnalysis` from a
   ``GraphModule``, ``Graph`` or ``ExportedProgram``;
 - :class:`Role`, :class:`Access`, :class:`Region` describe its answers;
-- :class:`EffectTable` / :data:`DEFAULT_EFFECTS` hold the memory-effect rules;
+- :class:`EffectTable` / :data:`DEFAULT_EFFECTS` hold the memory-effect rules
+  (:func:`with_control_flow` re-ties an extended table to the control-flow rules);
+- :func:`build_storage_graph` and :func:`to_dot` give an analysis as a
+  ``networkx.MultiDiGraph`` and as Graphviz DOT (:func:`render_dot` renders it);
+  :func:`storage_timeline` / :func:`plot_timeline` draw the storage timeline
+  (matplotlib, imported only when drawing);
 - :class:`AliasingError` is the root of every error the library raises.
+
+Layering
+--------
+Data flows one way: facts read from the graph's metadata, effects of each op,
+the analysis, then what is built from an analysis. Each module imports only
+modules of the layers above its own (``tests/test_layering.py`` reads the
+imports and checks it); nothing here imports :mod:`rewrite`.
+
+1. errors, roles, regions, hidden_effects, resolve: errors, boundary roles, byte regions, tables
+2. facts, target: what node metadata says; what the caller passed, validated
+3. effects: the rule table, one effect per op, with a conservative default
+4. subgraphs: control-flow rules, given the analysis entry point (they do not import it)
+5. analysis: ``analyze`` and the immutable ``AliasAnalysis``; ``DEFAULT_EFFECTS``
+6. storage_graph, oracle: the networkx graph of an analysis and its DOT picture; real-execution checks of one
+7. audit, timeline: the effects audit over PyTorch's operator database; the storage timeline picture
 
 Example
 -------
@@ -21,26 +41,48 @@ Example
 False
 """
 
-from aliasing.analysis import UNKNOWN_STORAGE, Access, AliasAnalysis, StorageInfo, analyze
-from aliasing.effects import DEFAULT_EFFECTS, Effect, EffectTable
+from aliasing.analysis import (
+    DEFAULT_EFFECTS,
+    Access,
+    AliasAnalysis,
+    NoAtenOpsWarning,
+    StorageInfo,
+    analyze,
+    with_control_flow,
+)
+from aliasing.effects import Effect, EffectTable
 from aliasing.errors import AliasingError, InvalidTargetError, NodeError, UnknownNodeError
 from aliasing.regions import Region, regions_may_overlap
-from aliasing.roles import Role
+from aliasing.roles import UNKNOWN_STORAGE, Role
+from aliasing.storage_graph import RenderingError, build_storage_graph, graphviz_available, render_dot, to_dot
+from aliasing.timeline import Timeline, plot_timeline, save_timeline, storage_timeline, timeline_svg
 
 __all__ = [
+    "DEFAULT_EFFECTS",
+    "UNKNOWN_STORAGE",
     "Access",
     "AliasAnalysis",
     "AliasingError",
-    "DEFAULT_EFFECTS",
     "Effect",
     "EffectTable",
     "InvalidTargetError",
+    "NoAtenOpsWarning",
     "NodeError",
     "Region",
+    "RenderingError",
     "Role",
     "StorageInfo",
-    "UNKNOWN_STORAGE",
+    "Timeline",
     "UnknownNodeError",
     "analyze",
+    "build_storage_graph",
+    "graphviz_available",
+    "plot_timeline",
     "regions_may_overlap",
+    "render_dot",
+    "save_timeline",
+    "storage_timeline",
+    "timeline_svg",
+    "to_dot",
+    "with_control_flow",
 ]

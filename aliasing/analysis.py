@@ -17,40 +17,57 @@
   storages it touches (:class:`Access`). Unknown ops touch whole storages.
 
 The resulting :class:`AliasAnalysis` never changes. Queries are answered from
-these indexes; :attr:`AliasAnalysis.graph` is the same information as a
-``networkx.MultiDiGraph`` (schema in :mod:`aliasing.storage_graph`).
+these indexes; :func:`aliasing.build_storage_graph` gives the same information
+as a ``networkx.MultiDiGraph`` (schema in :mod:`aliasing.storage_graph`).
 """
 
 from __future__ import annotations
 
 import gc
 import operator
+import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal, Optional, Union
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 import torch
 import torch.fx
 
-from aliasing.effects import DEFAULT_EFFECTS, SINGLE, Effect, EffectTable, mutates_metadata, tensor_nodes, unknown_effect
+from aliasing.effects import (
+    EACH,
+    SCHEMA_EFFECTS,
+    SINGLE,
+    Effect,
+    EffectTable,
+    indexing_effect,
+    metadata_written,
+    tensor_nodes,
+    unknown_effect,
+)
 from aliasing.errors import UnknownNodeError, describe_node
 from aliasing.facts import FactsCache, TensorFacts, facts_of_value, is_tensor_meta
 from aliasing.regions import Region, regions_may_overlap
-from aliasing.roles import Role
+from aliasing.roles import UNKNOWN_STORAGE, Role
+from aliasing.subgraphs import tie_control_flow
 from aliasing.target import Target, resolve_target
 
-if TYPE_CHECKING:
-    import networkx as nx
+__all__ = [
+    "DEFAULT_EFFECTS",
+    "UNKNOWN_STORAGE",
+    "Access",
+    "AliasAnalysis",
+    "NoAtenOpsWarning",
+    "NodeRef",
+    "StorageInfo",
+    "analyze",
+    "paused_gc",
+    "with_control_flow",
+]
 
-__all__ = ["analyze", "AliasAnalysis", "Access", "StorageInfo", "UNKNOWN_STORAGE", "NodeRef", "paused_gc"]
-
-#: Storage id that stands for "any storage at all".
-UNKNOWN_STORAGE = "unknown"
 _U = -1
 
-NodeRef = Union[torch.fx.Node, str]
+NodeRef = torch.fx.Node | str
 
 
 @dataclass(frozen=True)
@@ -92,7 +109,7 @@ class _Builder:
         self.position: dict[torch.fx.Node, int] = {}
         self.points_to: dict[torch.fx.Node, frozenset[int]] = {}
         self.facts: dict[torch.fx.Node, TensorFacts] = {}
-        self.regions: dict[torch.fx.Node, Region] = {}
+        self.exact: set[torch.fx.Node] = set()  # values with one known storage and a strided layout
         self.outmap: dict[torch.fx.Node, dict[object, frozenset[int]]] = {}
         self.storages: list[StorageInfo] = []
         self.accesses: dict[int, list[Access]] = {_U: []}
@@ -100,10 +117,17 @@ class _Builder:
         self.effect_of: dict[torch.fx.Node, Effect] = {}
         self.roles: dict[torch.fx.Node, Role] = {}
         self.outputs: list[torch.fx.Node] = []
-        self.output_node: Optional[torch.fx.Node] = None
+        self.output_node: torch.fx.Node | None = None
         self.placeholder_storage: dict[int, int] = {}
         self.constant_storage: dict[object, int] = {}
         self.metadata_mutated: set[torch.fx.Node] = set()
+        self.torch_level_only = False
+        #: storages of memory that exists before the program runs (inputs, constants)
+        self.preexisting: set[int] = set()
+        #: pre-existing storages whose identity is unknown (inputs without metadata): they may
+        #: be any pre-existing allocation, never one the program makes
+        self.uncertain: set[int] = set()
+        self._related: dict[int, tuple[int, ...]] = {}
 
     # -- storages -------------------------------------------------------------
     def new_storage(self, role: Role, origin: torch.fx.Node, note: str = "") -> int:
@@ -111,9 +135,53 @@ class _Builder:
         self.storages.append(StorageInfo(_sid(i), role, origin.name, note))
         self.accesses[i] = []
         self.members[i] = []
+        if role is not Role.INTERMEDIATE:
+            self.preexisting.add(i)
         return i
 
-    def bind(self, node: torch.fx.Node, pts: frozenset[int], facts: Optional[TensorFacts]) -> None:
+    def trusted(self, facts: TensorFacts | None, sources: Iterable[torch.fx.Node]) -> TensorFacts | None:
+        """The facts of a value that aliases ``sources``, if its metadata agrees.
+
+        A view's sizes, strides and offset describe it inside its base only when its
+        fake tensor lives in its base's fake storage. Programs loaded with
+        ``torch.export.load`` give every view a storage of its own at offset 0, and a
+        rewrite that replaced a clone leaves its views' metadata on the clone's
+        storage: such a value has no layout facts (and so no region) here.
+        """
+        if facts is None:
+            return None
+        for s in sources:
+            base = self.facts.get(s)
+            if base is not None and base.storage_key == facts.storage_key:
+                return facts
+        return None
+
+    def region(self, node: torch.fx.Node) -> Region | None:
+        """The value's exact region in its one storage (read from its facts on demand), or None."""
+        return self.facts[node].region if node in self.exact else None
+
+    def related(self, s: int) -> tuple[int, ...]:
+        """Storages that may be the same allocation as ``s`` (``s`` first, then the others).
+
+        Distinct known storages are distinct allocations. A pre-existing storage of
+        unknown identity may be any pre-existing one; memory the program allocates is
+        none of them; :data:`UNKNOWN_STORAGE` may be anything.
+        """
+        hit = self._related.get(s)
+        if hit is not None:
+            return hit
+        if s == _U:
+            out: tuple[int, ...] = (_U, *range(len(self.storages)))
+        elif s in self.uncertain:
+            out = (s, *sorted(self.preexisting - {s}), _U)
+        elif s in self.preexisting:
+            out = (s, *sorted(self.uncertain - {s}), _U)
+        else:
+            out = (s, _U)
+        self._related[s] = out
+        return out
+
+    def bind(self, node: torch.fx.Node, pts: frozenset[int], facts: TensorFacts | None) -> None:
         if node in self.metadata_mutated:
             # Its storage or layout changes later in the program (set_, t_, resize_, ...):
             # the value may be anywhere, and its metadata describes only one moment.
@@ -123,29 +191,33 @@ class _Builder:
             self.members[s].append(node)
         if facts is not None:
             self.facts[node] = facts
-            if len(pts) == 1 and _U not in pts:
-                region = facts.region
-                if region is not None:
-                    self.regions[node] = region
+            if len(pts) == 1 and _U not in pts and facts.strided:
+                self.exact.add(node)  # its region (read on demand) is exact in its one storage
 
     def record(self, pos: int, node: torch.fx.Node, kind: Literal["read", "write"], values: Iterable[torch.fx.Node], whole: bool) -> None:
         for v in values:
             pts = self.points_to.get(v)
             if pts is None:
                 continue
-            acc = Access(pos, node, kind, v, whole or v not in self.regions)
+            acc = Access(pos, node, kind, v, whole or v not in self.exact)
             for s in pts:
                 self.accesses[s].append(acc)
 
     # -- nodes ----------------------------------------------------------------
     def run(self) -> None:
         self.metadata_mutated = {
-            n.args[0]
-            for n in self.target.graph.nodes
-            if n.op == "call_function" and n.args and isinstance(n.args[0], torch.fx.Node) and mutates_metadata(n.target)
+            arg for n in self.target.graph.nodes if n.op == "call_function" for arg in metadata_written(n, self.cache)
         }
+        aten = torch_level = 0
         for pos, node in enumerate(self.target.graph.nodes):
             self.position[node] = pos
+            if node.op == "call_method" or node.op == "call_module":
+                torch_level += 1
+            elif node.op == "call_function":
+                if isinstance(node.target, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)):
+                    aten += 1
+                elif node.target is not operator.getitem:
+                    torch_level += 1
             if node.op == "placeholder":
                 self.placeholder(node)
             elif node.op == "get_attr":
@@ -156,6 +228,7 @@ class _Builder:
                 self.getitem(pos, node)
             else:
                 self.call(pos, node)
+        self.torch_level_only = torch_level > 0 and aten == 0
 
     def placeholder(self, node: torch.fx.Node) -> None:
         role = self.target.input_roles.get(node.name, Role.USER_INPUT)
@@ -165,18 +238,22 @@ class _Builder:
             return
         facts = self.cache.tensor(node)
         if facts is None:
-            # No metadata: the value may be a tensor sharing memory with any other input.
-            s = self.new_storage(role, node, "no metadata")
-            self.bind(node, frozenset({s, _U}), None)
+            # No metadata: the value may be a tensor sharing memory with any other input
+            # (but not with memory the program allocates).
+            s = self.new_storage(role, node, "no metadata: may be any input's memory")
+            self.uncertain.add(s)
+            self.bind(node, frozenset({s}), None)
             return
-        s = self.placeholder_storage.get(facts.storage_key)
-        if s is None:
+        shared = self.placeholder_storage.get(facts.storage_key)
+        if shared is None:
             s = self.new_storage(role, node)
             self.placeholder_storage[facts.storage_key] = s
-        elif self.storages[s].role is Role.DONATED_INPUT and role is not Role.DONATED_INPUT:
-            # A storage is donated only if every input in it is.
-            info = self.storages[s]
-            self.storages[s] = StorageInfo(info.id, role, info.origin, info.note)
+        else:
+            s = shared
+            if self.storages[s].role is Role.DONATED_INPUT and role is not Role.DONATED_INPUT:
+                # A storage is donated only if every input in it is.
+                info = self.storages[s]
+                self.storages[s] = StorageInfo(info.id, role, info.origin, info.note)
         self.bind(node, frozenset({s}), facts)
 
     def _attr(self, name: str) -> Any:
@@ -237,7 +314,7 @@ class _Builder:
             out |= self.points_to.get(n, frozenset())
         return out
 
-    def call(self, pos: int, node: torch.fx.Node, effect: Optional[Effect] = None) -> None:
+    def call(self, pos: int, node: torch.fx.Node, effect: Effect | None = None) -> None:
         if effect is None:
             effect = self.effects.effect(node, self.cache)
         self.effect_of[node] = effect
@@ -252,7 +329,7 @@ class _Builder:
                 return
             pts = frozenset(reach | self._fresh(node))
             if multi is not None:
-                self.outmap[node] = {k: pts for k in range(len(multi))}
+                self.outmap[node] = dict.fromkeys(range(len(multi)), pts)
             self.bind(node, pts, facts)
             return
         if facts is not None or (SINGLE in effect.outputs and multi is None):
@@ -261,6 +338,7 @@ class _Builder:
                 pts = self._fresh(node) if facts is not None else frozenset()
             elif srcs:
                 pts = frozenset(self._union(srcs))
+                facts = self.trusted(facts, srcs)
             else:
                 pts = self._fresh(node)
             if pts:
@@ -285,16 +363,27 @@ class _Builder:
         facts = self.cache.tensor(node)
         if isinstance(src, torch.fx.Node) and src in self.outmap:
             outs = self.outmap[src]
-            pts = outs.get(key)
+            pts = outs.get(key, outs.get(EACH))
             if pts is None:
                 # An output the effect did not describe: any of the source's storages, or new.
                 pts = frozenset(self.points_to.get(src, frozenset()) | self._fresh(node))
             if is_tensor_meta(node) is False:
+                if self.cache.outputs(node) is not None:
+                    self.outmap[node] = {EACH: pts}  # a Tensor[] inside a tuple: each element lives in pts
                 return
             self.effect_of[node] = Effect(note="getitem")
+            source_effect = self.effect_of.get(src)
+            if source_effect is not None and not source_effect.unknown:
+                aliased = source_effect.outputs.get(key, source_effect.outputs.get(EACH, ()))
+                if aliased:
+                    facts = self.trusted(facts, aliased)
             self.bind(node, pts, facts)
             return
-        # getitem on a tensor or on an opaque value: indexing, treated as an unknown op.
+        if isinstance(src, torch.fx.Node) and src in self.points_to and self.cache.outputs(src) is None:
+            # Indexing a tensor (or a value that may be one): a view or a copy of it.
+            self.call(pos, node, indexing_effect(node, self.cache))
+            return
+        # getitem on an opaque value (a container the analysis knows nothing of): unknown.
         self.call(pos, node, unknown_effect(node, "getitem of a value without known outputs"))
 
 
@@ -390,27 +479,36 @@ class AliasAnalysis:
 
     def values_in(self, sid: str) -> tuple[torch.fx.Node, ...]:
         """Values that may live in the storage ``sid``, in graph order."""
-        i = self._storage_index(sid)
-        return tuple(dict.fromkeys(self._b.members[i] + (self._b.members[_U] if i != _U else [])))
+        members = self._b.members
+        found = [v for s in self._b.related(self._storage_index(sid)) for v in members[s]]
+        pos = self._b.position
+        return tuple(sorted(set(found), key=pos.__getitem__))
 
     def storage_accesses(self, sid: str) -> tuple[Access, ...]:
-        """Reads and writes of the storage ``sid`` in graph order (including unknown-storage ones)."""
+        """Reads and writes that may touch the storage ``sid``, in graph order.
+
+        Accesses through values of another storage that may be the same allocation
+        (an input without metadata, :data:`UNKNOWN_STORAGE`) are included with
+        ``whole=True``: their regions are relative to another base.
+        """
         i = self._storage_index(sid)
-        accs = self._b.accesses[i]
-        if i != _U and self._b.accesses[_U]:
-            accs = sorted(accs + self._b.accesses[_U], key=lambda a: a.position)
+        related = self._b.related(i)
+        accs = list(self._b.accesses[i])
+        others = [a if a.whole else replace(a, whole=True) for s in related[1:] for a in self._b.accesses[s]]
+        if others:
+            accs = sorted(accs + others, key=lambda a: a.position)
         return tuple(accs)
 
     # -- values ---------------------------------------------------------------
-    def facts_of(self, n: NodeRef) -> Optional[TensorFacts]:
+    def facts_of(self, n: NodeRef) -> TensorFacts | None:
         """Layout facts of a tensor value (None without metadata)."""
         return self._b.facts.get(self._node(n))
 
-    def region_of(self, n: NodeRef) -> Optional[Region]:
+    def region_of(self, n: NodeRef) -> Region | None:
         """The value's byte region in its storage, or None when its storage is not exactly known."""
-        return self._b.regions.get(self._node(n))
+        return self._b.region(self._node(n))
 
-    def effect_of(self, n: NodeRef) -> Optional[Effect]:
+    def effect_of(self, n: NodeRef) -> Effect | None:
         """The memory effect the analysis used for a call node (None for other nodes)."""
         return self._b.effect_of.get(self._node(n))
 
@@ -418,6 +516,12 @@ class AliasAnalysis:
         """True when ``n`` is an op the analysis treats as opaque."""
         e = self._b.effect_of.get(self._node(n))
         return bool(e is not None and e.unknown)
+
+    @property
+    def opaque_nodes(self) -> tuple[torch.fx.Node, ...]:
+        """Nodes the analysis could not see into (unknown ops), in graph order: everything
+        they can reach is answered conservatively."""
+        return tuple(n for n, e in self._b.effect_of.items() if e.unknown)
 
     def role(self, n: NodeRef) -> Role:
         """Boundary role: an input kind for placeholders, CONSTANT/PARAMETER for get_attr,
@@ -433,7 +537,7 @@ class AliasAnalysis:
         return tuple(self._b.outputs)
 
     @property
-    def output_node(self) -> Optional[torch.fx.Node]:
+    def output_node(self) -> torch.fx.Node | None:
         """The graph's output node."""
         return self._b.output_node
 
@@ -442,14 +546,17 @@ class AliasAnalysis:
         pa, pb = self._pts(self._node(a)), self._pts(self._node(b))
         if not pa or not pb:
             return False
-        return bool(pa & pb) or _U in pa or _U in pb
+        if pa & pb or _U in pa or _U in pb:
+            return True
+        unc, pre = self._b.uncertain, self._b.preexisting
+        return bool(unc) and bool((pa & unc and pb & pre) or (pb & unc and pa & pre))
 
     def may_overlap(self, a: NodeRef, b: NodeRef) -> bool:
         """May the two values' regions touch a common byte?"""
         na, nb = self._node(a), self._node(b)
         if not self.may_alias(na, nb):
             return False
-        ra, rb = self._b.regions.get(na), self._b.regions.get(nb)
+        ra, rb = self._b.region(na), self._b.region(nb)
         if ra is None or rb is None or self._pts(na) != self._pts(nb):
             return True
         return regions_may_overlap(ra, rb)
@@ -463,27 +570,25 @@ class AliasAnalysis:
         if _U in pts:
             found = [v for v in self._b.points_to if self._b.points_to[v]]
         else:
-            found = []
-            for s in pts:
-                found.extend(self._b.members[s])
-            found.extend(self._b.members[_U])
+            members = self._b.members
+            found = [v for s in {r for p in pts for r in self._b.related(p)} for v in members[s]]
         pos = self._b.position
         return tuple(sorted(set(found), key=pos.__getitem__))
 
-    def accesses_overlapping(self, n: NodeRef, kind: Optional[str] = None) -> Iterator[Access]:
+    def accesses_overlapping(self, n: NodeRef, kind: str | None = None) -> Iterator[Access]:
         """Accesses (of ``kind``, or both) of memory that may overlap ``n``, unordered, with repeats."""
         node = self._node(n)
         pts = self._pts(node)
-        region = self._b.regions.get(node)
-        storages = list(self._b.accesses) if _U in pts else list(pts) + [_U]
+        region = self._b.region(node)
+        storages = {r for p in pts for r in self._b.related(p)}
         for s in storages:
             for acc in self._b.accesses[s]:
                 if kind is not None and acc.kind != kind:
                     continue
-                if region is None or acc.whole or s == _U:
+                if region is None or acc.whole or s not in pts:
                     yield acc
                     continue
-                other = self._b.regions.get(acc.value)
+                other = self._b.region(acc.value)
                 if other is None or regions_may_overlap(region, other):
                     yield acc
 
@@ -499,20 +604,6 @@ class AliasAnalysis:
         """Nodes that may read memory overlapping ``n``, in graph order (the output node included)."""
         return self._ordered(self.accesses_overlapping(n, "read"))
 
-    # -- rendering ------------------------------------------------------------
-    @cached_property
-    def graph(self) -> "nx.MultiDiGraph":
-        """The storage/mutation graph as a ``networkx.MultiDiGraph`` (see :mod:`aliasing.storage_graph`)."""
-        from aliasing.storage_graph import build_storage_graph
-
-        return build_storage_graph(self)
-
-    def to_dot(self) -> str:
-        """The storage graph in Graphviz DOT."""
-        from aliasing.storage_graph import to_dot
-
-        return to_dot(self.graph)
-
     def __repr__(self) -> str:
         return (
             f"AliasAnalysis({len(self._b.position)} nodes, {len(self._b.storages)} storages, "
@@ -521,10 +612,10 @@ class AliasAnalysis:
 
 
 def analyze(
-    target: Union[torch.fx.GraphModule, torch.fx.Graph, "torch.export.ExportedProgram"],
+    target: torch.fx.GraphModule | torch.fx.Graph | torch.export.ExportedProgram | Target,
     *,
     donated_inputs: Iterable[int] = (),
-    effects: EffectTable = DEFAULT_EFFECTS,
+    effects: EffectTable | None = None,
 ) -> AliasAnalysis:
     """Analyse which values of a graph share memory and who reads and writes it.
 
@@ -537,7 +628,7 @@ def analyze(
         Placeholder positions (0-based, graph order) whose storage the caller
         gives up: their final value is unspecified.
     effects : EffectTable
-        Memory-effect rules; :data:`aliasing.effects.DEFAULT_EFFECTS` by default.
+        Memory-effect rules; :data:`DEFAULT_EFFECTS` by default.
 
     Returns
     -------
@@ -552,11 +643,46 @@ def analyze(
     >>> a.may_alias("x_1", "select"), str(a.role("x_1"))
     (True, 'user_input')
     """
-    resolved = resolve_target(target, donated_inputs)
-    builder = _Builder(resolved, effects)
+    resolved = target if isinstance(target, Target) else resolve_target(target, donated_inputs)
+    builder = _Builder(resolved, effects if effects is not None else DEFAULT_EFFECTS)
     with paused_gc():
         builder.run()
+    if builder.torch_level_only:
+        warnings.warn(
+            "the graph has no ATen-level ops (a torch.fx.symbolic_trace graph?): torch-level calls are "
+            "resolved to ATen schemas by name where that is unambiguous and treated as unknown otherwise; "
+            "trace with torch.fx.experimental.proxy_tensor.make_fx or torch.export for exact answers",
+            NoAtenOpsWarning,
+            stacklevel=2,
+        )
     return AliasAnalysis(resolved, builder)
+
+
+class NoAtenOpsWarning(UserWarning):
+    """The analysed graph calls torch-level functions and methods only, no ATen ops."""
+
+
+def with_control_flow(table: EffectTable) -> EffectTable:
+    """``table`` plus the control-flow rules (``cond``, ``while_loop``, ``wrap``...), whose
+    subgraphs are analysed with the returned table.
+
+    Use it after extending a table, so that nested subgraphs see the extension too.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from aliasing.effects import Effect
+    >>> mine = with_control_flow(DEFAULT_EFFECTS.with_rule(torch.ops.aten.relu.default,
+    ...                                                  lambda node, facts: Effect(reads=(node.args[0],))))
+    >>> "cond" in mine.hop_rules
+    True
+    """
+    return tie_control_flow(table, analyze)
+
+
+#: The default rules: schemas, hidden effects, higher-order ops and control flow
+#: (:data:`aliasing.effects.SCHEMA_EFFECTS` tied to the control-flow rules).
+DEFAULT_EFFECTS: EffectTable = with_control_flow(SCHEMA_EFFECTS)
 
 
 _gc_depth = 0

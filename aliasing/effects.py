@@ -21,43 +21,58 @@ means a fresh allocation). The rules:
   Triton's own mutation analysis finds them, or every tensor argument when
   that analysis is not available), ``with_effects`` (the wrapped op's effect;
   output 0 is the effect token).
-- Control-flow higher-order ops (``cond``, ``while_loop``, ``invoke_subgraph``,
-  ``wrap`` and its variants) by analysing their subgraphs
-  (:mod:`aliasing.subgraphs`), falling back to unknown when that fails.
-- Everything else (``call_method``, ``call_module``, Python callables,
-  unrecognised higher-order ops) is unknown (:func:`unknown_effect`): it may
-  read and write every tensor it can reach and may return an alias of any of
-  them.
+- Hidden effects: ops whose schema does not declare a write or a view
+  (:mod:`aliasing.hidden_effects`, each entry backed by the audit) get it added.
+- Torch-level calls (``torch.fx.symbolic_trace`` graphs: tensor methods, torch
+  builtins, Python operators, ``operator.setitem``, indexing) through the ATen
+  schema of the same name where that is unambiguous (:mod:`aliasing.resolve`).
+- Everything else (``call_module``, Python callables, unrecognised
+  higher-order ops) is unknown (:func:`unknown_effect`): it may read and write
+  every tensor it can reach and may return an alias of any of them.
 
-Rules are looked up in an :class:`EffectTable` that callers may extend
-(``DEFAULT_EFFECTS.with_rule(target, rule)``); nothing mutates a global table.
+This module holds :data:`SCHEMA_EFFECTS`, the table of those rules. The
+control-flow higher-order ops (``cond``, ``while_loop``, ``invoke_subgraph``,
+``wrap`` and its variants) need the analysis itself for their subgraphs: their
+rules (:mod:`aliasing.subgraphs`) receive the analysis entry point, and
+:data:`aliasing.DEFAULT_EFFECTS` is ``SCHEMA_EFFECTS`` tied to them by
+:func:`aliasing.with_control_flow`. Callers extend a table with
+``table.with_rule(target, rule)``; nothing mutates a global table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any, Optional
+from functools import cached_property
+from typing import Any
 
 import torch
 import torch.fx
 
-from aliasing.facts import FactsCache, TensorFacts
+from aliasing.facts import FactsCache, TensorFacts, is_tensor_meta, known_equal
+from aliasing.hidden_effects import HIDDEN_EFFECTS
+from aliasing.resolve import INPLACE_OPERATORS, PURE_OPERATORS, SCALAR_FUNCTIONS, resolve_overload
 
 __all__ = [
-    "unknown_effect",
+    "EACH",
+    "SCHEMA_EFFECTS",
+    "SINGLE",
     "Effect",
     "EffectRule",
     "EffectTable",
-    "DEFAULT_EFFECTS",
-    "SINGLE",
-    "tensor_nodes",
+    "indexing_effect",
+    "metadata_written",
     "mutates_metadata",
+    "tensor_nodes",
+    "unknown_effect",
 ]
 
 #: Output key of a node whose value is itself a tensor (not a tuple).
 SINGLE: object = "<value>"
+#: Output key that stands for every element of a list result whose length the metadata
+#: does not give (a ``Tensor[]`` return traced without ``meta['val']``).
+EACH: object = "<each>"
 
 Sources = tuple[torch.fx.Node, ...]
 
@@ -159,37 +174,48 @@ METADATA_ONLY = frozenset(
 #: View ops that always return a view of their input (never a copy): they read no data.
 VIEWS = frozenset(
     "aten::" + name
-    for name in (
-        "view _unsafe_view slice select narrow split split_with_sizes unsafe_split unsafe_split_with_sizes "
-        "unbind chunk tensor_split transpose permute t expand expand_as unsqueeze squeeze diagonal "
-        "as_strided alias detach _reshape_alias view_as unflatten movedim moveaxis unfold real imag "
-        "view_as_real view_as_complex swapaxes swapdims numpy_T matrix_H mT mH adjoint _conj _neg_view "
-        "lift_fresh indices values crow_indices col_indices ccol_indices row_indices"
-    ).split()
+    for name in ["view", "_unsafe_view", "slice", "select", "narrow", "split", "split_with_sizes", "unsafe_split", "unsafe_split_with_sizes", "unbind", "chunk", "tensor_split", "transpose", "permute", "t", "expand", "expand_as", "unsqueeze", "squeeze", "diagonal", "as_strided", "alias", "detach", "_reshape_alias", "view_as", "unflatten", "movedim", "moveaxis", "unfold", "real", "imag", "view_as_real", "view_as_complex", "swapaxes", "swapdims", "numpy_T", "matrix_H", "mT", "mH", "adjoint", "_conj", "_neg_view", "lift_fresh", "indices", "values", "crow_indices", "col_indices", "ccol_indices", "row_indices"]
 )
-
-#: Ops whose result is a view of their first argument although their schema declares a
-#: fresh tensor. (Fake-tensor evidence finds such results at trace time too, but not once
-#: a rewrite has made the metadata stale, so these are listed.)
-UNDECLARED_VIEWS = frozenset({"aten::_unsafe_view"})
-
 
 @dataclass(frozen=True)
 class _SchemaEffect:
+    """An op overload's effect template, computed once per overload and reused for every call."""
+
     names: tuple[str, ...]
+    index: Mapping[str, int]  # argument name -> position
     kwarg_only: tuple[bool, ...]
     arg_sets: tuple[frozenset[str], ...]
     arg_writes: tuple[bool, ...]
     tensor_args: tuple[int, ...]  # indices of arguments whose type can hold tensors
     out_sets: tuple[frozenset[str], ...]
+    out_args: tuple[tuple[int, ...], ...]  # per return: the tensor arguments it may alias
     list_return: bool  # a single Tensor[] return
     metadata_only: bool
     never_copies: bool  # a view op that always returns a view (reads no data)
-    aliases_first_arg: bool  # returns a view of its first argument although the schema says fresh
+    hidden_writes: tuple[bool, ...]  # written although the schema has no `!` (aliasing.hidden_effects)
+    hidden_condition: int | None  # index of the bool argument that must not be False for them
+    hidden_view_of: int | None  # index of the argument the result is a view of, undeclared
+    may_write: bool  # some argument may be written (declared or hidden)
+    mutates_metadata: bool  # changes its first argument's storage or layout (set_, resize_, t_...)
+    out_params: tuple[int, ...]  # keyword-only written arguments (``out=``): they may be resized
 
 
-@lru_cache(maxsize=None)
+#: Templates by ``id(op)`` (the op is kept alive in the value, so its id is not reused).
+_TEMPLATES: dict[int, tuple[torch._ops.OpOverload, _SchemaEffect]] = {}
+
+
 def _schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
+    """The op's effect template, computed on first use (looked up by identity: an
+    ``OpOverload``'s own ``__hash__`` is a Python call, too slow for every node)."""
+    hit = _TEMPLATES.get(id(op))
+    if hit is not None:
+        return hit[1]
+    template = _compute_schema_effect(op)
+    _TEMPLATES[id(op)] = (op, template)
+    return template
+
+
+def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
     from torch.utils._python_dispatch import get_alias_info
 
     info = get_alias_info(op)
@@ -197,17 +223,35 @@ def _schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
     returns = schema.returns
     list_return = len(returns) == 1 and str(returns[0].type).startswith("List[")
     name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+    names = tuple(a.name for a in schema.arguments)
+    hidden = HIDDEN_EFFECTS.get(schema.name)
+    hidden_writes = tuple(hidden is not None and n in hidden.writes for n in names)
+    condition = hidden.unless_false if hidden is not None else None
+    view_of = hidden.view_of if hidden is not None else None
+    kwarg_only = tuple(a.kwarg_only for a in schema.arguments)
+    arg_sets = tuple(frozenset(a.alias_set) for a in info.args)
+    arg_writes = tuple(bool(a.is_write) for a in info.args)
+    tensor_args = tuple(i for i, a in enumerate(schema.arguments) if "Tensor" in str(a.type))
+    out_sets = tuple(frozenset(o.alias_set) for o in info.outs)
+    out_args = tuple(tuple(i for i in tensor_args if arg_sets[i] & o) for o in out_sets)
     return _SchemaEffect(
-        names=tuple(a.name for a in schema.arguments),
-        kwarg_only=tuple(a.kwarg_only for a in schema.arguments),
-        arg_sets=tuple(frozenset(a.alias_set) for a in info.args),
-        arg_writes=tuple(bool(a.is_write) for a in info.args),
-        tensor_args=tuple(i for i, a in enumerate(schema.arguments) if "Tensor" in str(a.type)),
-        out_sets=tuple(frozenset(o.alias_set) for o in info.outs),
+        names=names,
+        index={n: i for i, n in enumerate(names)},
+        kwarg_only=kwarg_only,
+        arg_sets=arg_sets,
+        arg_writes=arg_writes,
+        tensor_args=tensor_args,
+        out_sets=out_sets,
+        out_args=out_args,
         list_return=list_return,
         metadata_only=name in METADATA_ONLY or schema.name in METADATA_ONLY,
         never_copies=schema.name in VIEWS,
-        aliases_first_arg=schema.name in UNDECLARED_VIEWS,
+        hidden_writes=hidden_writes,
+        hidden_condition=names.index(condition) if condition in names else None,
+        hidden_view_of=names.index(view_of) if view_of in names else None,
+        may_write=any(arg_writes) or any(hidden_writes),
+        mutates_metadata=torch.Tag.inplace_view in op.tags or schema.name in _METADATA_MUTATING,
+        out_params=tuple(i for i in range(len(names)) if arg_writes[i] and kwarg_only[i]),
     )
 
 
@@ -238,6 +282,7 @@ def _storage_keys(nodes: Sources, facts: FactsCache) -> dict[int, torch.fx.Node]
 
 
 _METADATA_ONLY_EFFECT = Effect(note="metadata only")
+_MISSING = object()
 
 _METADATA_MUTATING = frozenset({"aten::set_", "aten::resize_", "aten::resize_as_", "aten::_unsafe_set", "aten::swap_"})
 
@@ -247,76 +292,153 @@ def mutates_metadata(target: object) -> bool:
     (``set_``, ``resize_``, and the ``inplace_view`` ops such as ``t_`` and ``as_strided_``)."""
     if not isinstance(target, torch._ops.OpOverload):
         return False
-    return torch.Tag.inplace_view in target.tags or target._schema.name in _METADATA_MUTATING
+    return _schema_effect(target).mutates_metadata
 
 
-def schema_effect(node: torch.fx.Node, facts: FactsCache) -> Effect:
-    """Effect of an ``OpOverload`` call from its schema (see module docstring)."""
-    op = node.target
-    if not isinstance(op, torch._ops.OpOverload):
-        return unknown_effect(node)
+def _same_shape(a: TensorFacts | None, b: TensorFacts | None) -> bool:
+    if a is None or b is None or len(a.sizes) != len(b.sizes) or len(a.strides) != len(b.strides):
+        return False
+    return all(known_equal(x, y) for x, y in zip(a.sizes + a.strides, b.sizes + b.strides)) and known_equal(
+        a.storage_offset, b.storage_offset
+    )
+
+
+def metadata_written(node: torch.fx.Node, facts: FactsCache) -> list[torch.fx.Node]:
+    """Arguments whose storage, sizes or strides ``node`` may change in place.
+
+    Two kinds: ops that change their first argument's metadata (``set_``,
+    ``resize_``, ``inplace_view`` ops such as ``t_``; see :func:`mutates_metadata`),
+    and ``out=`` arguments that the op resizes because their size differs from
+    the result's (a hidden metadata write: the op may reallocate the storage).
+    An ``out=`` argument is taken as resized unless the fake tensors show that
+    its layout before the op equals the result's. The fake tensor of such an
+    argument describes it only before the op.
+    """
+    if node.op not in ("call_function", "call_method"):
+        return []
+    op = resolve_overload(node)
+    args = node.args
+    if op is None:
+        # An unknown callable may change any tensor's metadata; a tensor method or torch
+        # function that does not resolve might be one of set_, resize_, t_...
+        return tensor_nodes((args, node.kwargs)) if _may_mutate_metadata(node) else []
+    if mutates_metadata(op):
+        return [args[0]] if args and isinstance(args[0], torch.fx.Node) else []
+    se = _schema_effect(op)
+    if not se.out_params:
+        return []
+    out: list[torch.fx.Node] = []
+    multi = facts.outputs(node)
+    for i in se.out_params:
+        name = se.names[i]
+        if name not in node.kwargs:
+            continue
+        value = node.kwargs[name]
+        if type(value) is not torch.fx.Node:
+            out.extend(_flat(value))  # a list of out= tensors: each may be resized
+            continue
+        result: TensorFacts | None = None
+        ks = [k for k, o in enumerate(se.out_sets) if o & se.arg_sets[i]]
+        if len(ks) == 1:
+            if len(se.out_sets) == 1:
+                result = facts.tensor(node)
+            elif multi is not None and ks[0] < len(multi):
+                result = multi[ks[0]]
+        before = facts.tensor(value)
+        # An empty out= tensor is resized by the real kernel even where the fake kernel
+        # leaves it as it is (audit: geqrf.a), so its fake layout proves nothing.
+        if not _same_shape(before, result) or _is_empty(before):
+            out.append(value)
+    return out
+
+
+def _is_empty(f: TensorFacts | None) -> bool:
+    return f is None or any(known_equal(s, 0) for s in f.sizes)
+
+
+def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverload | None = None) -> Effect:
+    """Effect of an ``OpOverload`` call from its schema (see module docstring).
+
+    ``op`` is the overload whose schema describes the call (by default the node's
+    target; :func:`aliasing.resolve.resolve_overload` for torch-level calls).
+    """
+    if op is None:
+        if not isinstance(node.target, torch._ops.OpOverload):
+            return unknown_effect(node)
+        op = node.target
     se = _schema_effect(op)
     if se.metadata_only:
         return _METADATA_ONLY_EFFECT
     args, kwargs = node.args, node.kwargs
-    if len(args) > len(se.names) or any(k not in se.names for k in kwargs):
+    nargs = len(args)
+    index = se.index
+    if nargs > len(se.names) or (kwargs and any(k not in index for k in kwargs)):
         return unknown_effect(node, "arguments do not match the schema")
+    # The tensor arguments actually passed, by schema position.
+    passed: dict[int, list[torch.fx.Node]] = {}
     tensors: list[torch.fx.Node] = []
-    writes: list[torch.fx.Node] = []
-    by_set: dict[str, list[torch.fx.Node]] = {}
     for i in se.tensor_args:
         name = se.names[i]
-        if name in kwargs:
+        if kwargs and name in kwargs:
             value = kwargs[name]
-        elif i < len(args) and not se.kwarg_only[i]:
+        elif i < nargs and not se.kwarg_only[i]:
             value = args[i]
         else:
             continue
-        nodes = _flat(value)
-        if not nodes:
-            continue
-        tensors.extend(nodes)
-        if se.arg_writes[i]:
-            writes.extend(nodes)
-        for s in se.arg_sets[i]:
-            by_set.setdefault(s, []).extend(nodes)
+        nodes = [value] if type(value) is torch.fx.Node else _flat(value)
+        if nodes:
+            passed[i] = nodes
+            tensors.extend(nodes)
     all_tensors = tuple(dict.fromkeys(tensors)) if len(tensors) > 1 else tuple(tensors)
 
-    def sources(aset: frozenset[str]) -> Sources:
-        if not aset:
+    writes: list[torch.fx.Node] = []
+    if se.may_write:
+        # Hidden writes (aliasing.hidden_effects) count unless their condition is literally False.
+        cond = se.hidden_condition
+        hidden_on = cond is None or _bound(se, cond, args, kwargs) is not False
+        for i, nodes in passed.items():
+            if se.arg_writes[i] or (se.hidden_writes[i] and hidden_on):
+                writes.extend(nodes)
+
+    def sources(k: int) -> Sources:
+        arg_ids = se.out_args[k]
+        if not arg_ids:
             return ()
+        if len(arg_ids) == 1:
+            nodes = passed.get(arg_ids[0])
+            return tuple(nodes) if nodes else ()
         out: list[torch.fx.Node] = []
-        for s in sorted(aset):
-            out.extend(by_set.get(s, ()))
+        for i in arg_ids:
+            out.extend(passed.get(i, ()))
         return tuple(dict.fromkeys(out))
 
     outputs: dict[object, Sources] = {}
-    multi = facts.outputs(node)
-    facts_per_key: dict[object, Optional[TensorFacts]]
+    facts_per_key: dict[object, TensorFacts | None]
     if se.list_return or len(se.out_sets) > 1:
+        multi = facts.outputs(node)
         if multi is not None:
             keys: list[object] = list(range(len(multi)))
         else:
-            keys = [] if se.list_return else list(range(len(se.out_sets)))
+            keys = [EACH] if se.list_return else list(range(len(se.out_sets)))
         for k in keys:
-            aset = se.out_sets[0] if se.list_return else se.out_sets[k]  # type: ignore[index]
-            outputs[k] = sources(aset)
-        facts_per_key = {k: (multi[k] if multi is not None else None) for k in keys}  # type: ignore[index]
+            outputs[k] = sources(0 if se.list_return or type(k) is not int else k)
+        facts_per_key = {k: (multi[k] if multi is not None and type(k) is int else None) for k in keys}
     elif len(se.out_sets) == 1:
-        outputs[SINGLE] = sources(se.out_sets[0])
+        outputs[SINGLE] = sources(0)
         facts_per_key = {SINGLE: facts.tensor(node)}
     else:
         facts_per_key = {}
 
-    if se.aliases_first_arg and all_tensors and SINGLE in outputs and not outputs[SINGLE]:
-        outputs[SINGLE] = (all_tensors[0],)  # e.g. _unsafe_view: a view its schema does not declare
+    view_of = se.hidden_view_of
+    if view_of is not None and view_of in passed and SINGLE in outputs and not outputs[SINGLE]:
+        outputs[SINGLE] = tuple(passed[view_of])  # e.g. _unsafe_view: a view its schema does not declare
     # Fake-tensor evidence: a "fresh" output that shares an argument's storage aliases it.
     # (Evidence only ever adds aliasing; metadata made stale by a rewrite cannot remove any.)
-    arg_keys: Optional[dict[int, torch.fx.Node]] = None
+    arg_keys: dict[int, torch.fx.Node] | None = None
     pure_view = not writes and bool(outputs) and all(outputs.values())
     read_aliased: set[torch.fx.Node] = set()
     for k, srcs in outputs.items():
-        f: Optional[TensorFacts] = facts_per_key.get(k)
+        f: TensorFacts | None = facts_per_key.get(k)
         if not srcs:
             if f is not None and all_tensors:
                 if arg_keys is None:
@@ -324,17 +446,140 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache) -> Effect:
                 hit = arg_keys.get(f.storage_key)
                 if hit is not None:
                     outputs[k] = (hit,)
-        elif pure_view and not se.never_copies:
+            elif f is None and all_tensors and type(k) is int:
+                # A Tensor[] element of a tuple result: any of its tensors may be an argument
+                # itself (audit: histogramdd.TensorList_bins returns its bins).
+                nested = facts.nested_storage_keys(node, k)
+                if nested:
+                    if arg_keys is None:
+                        arg_keys = _storage_keys(all_tensors, facts)
+                    hits = tuple(dict.fromkeys(arg_keys[key] for key in nested if key in arg_keys))
+                    if hits:
+                        outputs[k] = hits
+        elif pure_view and not se.never_copies and (f is None or f.storage_key not in _storage_keys(srcs, facts)):
             # An op that may return a view or a copy (reshape, contiguous) reads nothing
             # only when the trace shows it returned a view.
-            if f is None or f.storage_key not in _storage_keys(srcs, facts):
-                read_aliased.update(srcs)
+            read_aliased.update(srcs)
     if pure_view:
         aliased = {n for srcs in outputs.values() for n in srcs}
         reads = tuple(n for n in all_tensors if n not in aliased or n in read_aliased)
     else:
         reads = all_tensors
-    return Effect(reads=reads, writes=tuple(dict.fromkeys(writes)), outputs=outputs)
+    return Effect(reads=reads, writes=tuple(dict.fromkeys(writes)) if len(writes) > 1 else tuple(writes), outputs=outputs)
+
+
+def _bound(se: _SchemaEffect, i: int, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """The value passed for schema argument ``i`` (``_MISSING`` when it is not passed)."""
+    name = se.names[i]
+    if name in kwargs:
+        return kwargs[name]
+    if i < len(args) and not se.kwarg_only[i]:
+        return args[i]
+    return _MISSING
+
+
+def _may_mutate_metadata(node: torch.fx.Node) -> bool:
+    """Whether an unresolved call may change the metadata of a tensor it reaches.
+
+    A tensor method that does not resolve to one ATen schema may be one of the
+    metadata-changing methods (an overload of ``set_``, ``resize_``, ``t_``...).
+    Opaque Python callables and modules are taken to read, write and alias what
+    they reach, not to change its sizes or storage in place: a tracer that sees
+    through them (``make_fx``, ``torch.export``) records such changes as ATen ops.
+    """
+    return node.op == "call_method"
+
+
+# ---------------------------------------------------------------------------
+# Python-level calls (torch.fx.symbolic_trace graphs)
+
+
+def _known_scalar(node: torch.fx.Node) -> bool:
+    """True when the value is known not to be a tensor: its metadata says so, or it comes
+    from an op whose schema returns no tensor (``size``, ``sym_size``, ``item``...)."""
+    known = is_tensor_meta(node)
+    if known is not None:
+        return not known
+    if node.op in ("call_function", "call_method"):
+        op = resolve_overload(node)
+        if op is not None:
+            return not any("Tensor" in str(r.type) for r in op._schema.returns)
+        if node.op == "call_function" and (
+            node.target in PURE_OPERATORS or node.target in INPLACE_OPERATORS or node.target in SCALAR_FUNCTIONS
+        ):
+            return all(_known_scalar(a) for a in tensor_nodes((node.args, node.kwargs)))
+    return False
+
+
+def _nodes_known_scalar(nodes: Sequence[torch.fx.Node], facts: FactsCache) -> bool:
+    return all(_known_scalar(n) for n in nodes)
+
+
+def _python_operator(node: torch.fx.Node, facts: FactsCache) -> Effect:
+    """``operator.add`` and friends: read tensor operands, return a fresh value."""
+    nodes = tuple(tensor_nodes((node.args, node.kwargs)))
+    if _nodes_known_scalar(nodes, facts):
+        return Effect(note="scalar arithmetic")
+    return Effect(reads=nodes, outputs={SINGLE: ()}, note="python operator")
+
+
+def _scalar_function(node: torch.fx.Node, facts: FactsCache) -> Effect:
+    """``torch.sym_float``, ``math.floor``, ``max``...: no effect on numbers, unknown on anything else."""
+    if _nodes_known_scalar(tuple(tensor_nodes((node.args, node.kwargs))), facts):
+        return Effect(note="scalar arithmetic")
+    return unknown_effect(node, "a function of numbers called with a value that may be a tensor")
+
+
+def _python_inplace_operator(node: torch.fx.Node, facts: FactsCache) -> Effect:
+    """``operator.iadd`` and friends: on a tensor, write and return the first operand."""
+    nodes = tuple(tensor_nodes((node.args, node.kwargs)))
+    first = node.args[0] if node.args else None
+    if _nodes_known_scalar(nodes, facts) or not isinstance(first, torch.fx.Node):
+        return _python_operator(node, facts)
+    return Effect(reads=nodes, writes=(first,), outputs={SINGLE: (first,)}, note="python in-place operator")
+
+
+def _basic_index(index: Any, facts: FactsCache) -> bool | None:
+    """True for basic indexing (a view), False for advanced (a copy), None when unknown."""
+    if isinstance(index, tuple):
+        parts = [_basic_index(i, facts) for i in index]
+        if any(p is False for p in parts):
+            return False
+        return None if any(p is None for p in parts) else True
+    if index is None or index is Ellipsis or isinstance(index, (bool, int, torch.SymInt)):
+        return True
+    if isinstance(index, slice):
+        return _basic_index((index.start, index.stop, index.step), facts)
+    if isinstance(index, torch.fx.Node):
+        known = is_tensor_meta(index)
+        return None if known is None else not known
+    return False  # a list or another sequence: advanced indexing
+
+
+def indexing_effect(node: torch.fx.Node, facts: FactsCache) -> Effect:
+    """``operator.getitem(tensor, index)``: basic indexing returns a view (reads nothing),
+    advanced indexing a copy (reads the tensor and the indices); when the index's kind
+    is unknown, both: the result may alias the tensor, which is read."""
+    src = node.args[0]
+    index = node.args[1] if len(node.args) > 1 else None
+    if not isinstance(src, torch.fx.Node):
+        return unknown_effect(node, "getitem of a constant")
+    basic = _basic_index(index, facts)
+    idx = tuple(tensor_nodes(index))
+    if basic is True:
+        return Effect(outputs={SINGLE: (src,)}, note="basic indexing: a view")
+    if basic is False:
+        return Effect(reads=(src, *idx), outputs={SINGLE: ()}, note="advanced indexing: a copy")
+    return Effect(reads=(src, *idx), outputs={SINGLE: (src,)}, note="indexing: a view or a copy")
+
+
+def _setitem(node: torch.fx.Node, facts: FactsCache) -> Effect:
+    """``operator.setitem(tensor, index, value)``: writes the tensor, reads the rest."""
+    if not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return unknown_effect(node, "setitem of a constant")
+    dst = node.args[0]
+    nodes = tuple(tensor_nodes((node.args, node.kwargs)))
+    return Effect(reads=nodes, writes=(dst,), note="setitem")
 
 
 # ---------------------------------------------------------------------------
@@ -346,7 +591,7 @@ def _functional_hop(node: torch.fx.Node, facts: FactsCache) -> Effect:
     multi = facts.outputs(node)
     outputs: dict[object, Sources] = {}
     if multi is not None:
-        outputs = {k: () for k in range(len(multi))}
+        outputs = dict.fromkeys(range(len(multi)), ())
     return Effect(reads=reads, outputs=outputs, note="functional higher-order op")
 
 
@@ -363,19 +608,19 @@ def _triton_functional(node: torch.fx.Node, facts: FactsCache) -> Effect:
     return Effect(reads=reads, outputs=outputs, note="triton functional")
 
 
-def _triton_mutated_names(node: torch.fx.Node) -> Optional[list[str]]:
+def _triton_mutated_names(node: torch.fx.Node) -> list[str] | None:
     try:
         from torch._higher_order_ops.triton_kernel_wrap import get_mutated_tensors
 
         kwargs = node.kwargs["kwargs"]
-        return list(
-            get_mutated_tensors(
-                node.kwargs["kernel_idx"],
-                node.kwargs["constant_args_idx"],
-                {k: v.meta.get("val") if isinstance(v, torch.fx.Node) else v for k, v in kwargs.items()},
-                node.kwargs.get("tma_descriptor_metadata", {}),
-            )
-        )
+        kernel, constants = node.kwargs["kernel_idx"], node.kwargs["constant_args_idx"]
+        tma = node.kwargs.get("tma_descriptor_metadata", {})
+        if not (isinstance(kwargs, dict) and isinstance(kernel, int) and isinstance(constants, int)):
+            return None
+        if not isinstance(tma, dict):
+            return None
+        values = {k: v.meta.get("val") if isinstance(v, torch.fx.Node) else v for k, v in kwargs.items()}
+        return list(get_mutated_tensors(kernel, constants, values, tma))
     except Exception:  # no kernel side table, no Triton, or the analysis failed
         return None
 
@@ -422,9 +667,9 @@ def _with_effects(node: torch.fx.Node, facts: FactsCache) -> Effect:
 # the table
 
 
-def _hop_name(target: object) -> Optional[str]:
+def _hop_name(target: object) -> str | None:
     if isinstance(target, torch._ops.HigherOrderOperator):
-        return str(target.name())
+        return str(target._name)
     return None
 
 
@@ -435,7 +680,7 @@ class EffectTable:
     Example
     -------
     >>> import torch
-    >>> from aliasing.effects import DEFAULT_EFFECTS, Effect
+    >>> from aliasing import DEFAULT_EFFECTS, Effect
     >>> table = DEFAULT_EFFECTS.with_rule(torch.ops.aten.relu.default,
     ...                                   lambda node, facts: Effect(reads=(node.args[0],)))
     """
@@ -443,7 +688,12 @@ class EffectTable:
     rules: Mapping[object, EffectRule] = field(default_factory=dict)
     hop_rules: Mapping[str, EffectRule] = field(default_factory=dict)
 
-    def with_rule(self, target: object, rule: EffectRule) -> "EffectTable":
+    @cached_property
+    def _op_rules(self) -> bool:
+        """Whether some rule is keyed by an ``OpOverload`` (else op nodes skip the rule lookup)."""
+        return any(isinstance(k, torch._ops.OpOverload) for k in self.rules)
+
+    def with_rule(self, target: object, rule: EffectRule) -> EffectTable:
         """A new table with ``rule`` for ``target`` (an op, callable, or higher-order-op name)."""
         if isinstance(target, str):
             return EffectTable(self.rules, {**self.hop_rules, target: rule})
@@ -451,14 +701,20 @@ class EffectTable:
 
     def effect(self, node: torch.fx.Node, facts: FactsCache) -> Effect:
         """The effect of one ``call_*`` node (``facts`` is the metadata cache to read through)."""
+        if node.op == "call_method":
+            op = resolve_overload(node)
+            if op is not None:
+                return schema_effect(node, facts, op)
+            return unknown_effect(node, f"method {node.target} has no ATen schema that describes it")
         if node.op != "call_function":
             return unknown_effect(node, f"{node.op} is opaque")
         target = node.target
+        if isinstance(target, torch._ops.OpOverload):
+            rule = self.rules.get(target) if self._op_rules else None
+            return rule(node, facts) if rule is not None else schema_effect(node, facts, target)
         rule = self.rules.get(target)
         if rule is not None:
             return rule(node, facts)
-        if isinstance(target, torch._ops.OpOverload):
-            return schema_effect(node, facts)
         hop = _hop_name(target)
         if hop is not None:
             if hop == "with_effects":
@@ -467,11 +723,19 @@ class EffectTable:
             if hop_rule is not None:
                 return hop_rule(node, facts)
             return unknown_effect(node, f"higher-order op {hop} is analysed as opaque")
+        op = resolve_overload(node)
+        if op is not None:
+            return schema_effect(node, facts, op)
         return unknown_effect(node)
 
 
-DEFAULT_EFFECTS = EffectTable(
-    rules={},
+SCHEMA_EFFECTS = EffectTable(
+    rules={
+        operator.setitem: _setitem,
+        **dict.fromkeys(PURE_OPERATORS, _python_operator),
+        **dict.fromkeys(INPLACE_OPERATORS, _python_inplace_operator),
+        **dict.fromkeys(SCALAR_FUNCTIONS, _scalar_function),
+    },
     hop_rules={
         "auto_functionalized": _functional_hop,
         "auto_functionalized_v2": _functional_hop,
@@ -479,10 +743,3 @@ DEFAULT_EFFECTS = EffectTable(
         "triton_kernel_wrapper_mutation": _triton_mutation,
     },
 )
-
-
-# Control-flow higher-order ops (cond, while_loop, invoke_subgraph, wrap-like ops) analyse their
-# subgraphs; aliasing.subgraphs needs the names above, so it is imported last.
-from aliasing.subgraphs import with_control_flow  # noqa: E402
-
-DEFAULT_EFFECTS = with_control_flow(DEFAULT_EFFECTS)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch.fx
 
-__all__ = ["AliasingError", "InvalidTargetError", "UnknownNodeError", "NodeError", "describe_node"]
+__all__ = ["AliasingError", "InvalidTargetError", "NodeError", "UnknownNodeError", "describe_node"]
 
 
 def describe_node(node: torch.fx.Node) -> str:

@@ -11,36 +11,69 @@ storage is unknown and every consumer must treat it conservatively.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any
 
 import torch
 import torch.fx
 
 from aliasing.regions import Region, SizeLike
 
-__all__ = ["TensorFacts", "FactsCache", "facts_of_value", "tensor_facts", "is_tensor_meta", "has_meta", "same_layout", "meta_value"]
+__all__ = ["FactsCache", "TensorFacts", "facts_of_value", "has_meta", "is_tensor_meta", "known_equal", "meta_value", "same_layout", "tensor_facts"]
 
 
-class TensorFacts(NamedTuple):
-    """Layout facts of one tensor value, read once from its fake tensor.
+class TensorFacts:
+    """Layout facts of one tensor value, read from its fake tensor when first asked for.
 
-    ``strides`` and ``storage_offset`` are in elements. ``region`` is None for
-    non-strided layouts. ``device``, ``is_conj`` and ``is_neg`` are read on first use.
+    The storage identity is read at once; sizes, strides, storage offset and the
+    :class:`~aliasing.regions.Region` (in bytes) on first use, so an analysis pays
+    for layouts only where a query needs them. ``strides`` and ``storage_offset``
+    are in elements. ``region`` is None for non-strided layouts (sparse, nested).
     """
 
-    storage_key: int  #: identity of the fake storage (equal keys: same storage at trace time)
-    sizes: tuple[SizeLike, ...]
-    strides: tuple[SizeLike, ...]
-    storage_offset: SizeLike
-    dtype: torch.dtype
-    itemsize: int
-    region: Optional[Region]
-    value: torch.Tensor  #: the (fake) tensor the facts were read from
+    __slots__ = ("_offset", "_region", "_sizes", "_strides", "dtype", "itemsize", "storage_key", "strided", "value")
+
+    def __init__(self, value: torch.Tensor, storage_key: int, strided: bool) -> None:
+        self.value = value  #: the (fake) tensor the facts are read from
+        self.storage_key = storage_key  #: identity of the fake storage (equal keys: same storage at trace time)
+        self.strided = strided
+        self.dtype: torch.dtype = value.dtype
+        self.itemsize: int = value.dtype.itemsize
+        self._sizes: tuple[SizeLike, ...] | None = None
+        self._strides: tuple[SizeLike, ...] | None = None
+        self._offset: SizeLike = 0
+        self._region: Region | None = None
+
+    @property
+    def sizes(self) -> tuple[SizeLike, ...]:
+        if self._sizes is None:
+            self._sizes = tuple(self.value.shape)
+        return self._sizes
+
+    @property
+    def strides(self) -> tuple[SizeLike, ...]:
+        if self._strides is None:
+            if self.strided:
+                self._strides = tuple(self.value.stride())
+                self._offset = self.value.storage_offset()
+            else:
+                self._strides = ()
+        return self._strides
+
+    @property
+    def storage_offset(self) -> SizeLike:
+        self.strides  # noqa: B018  # reads the offset with the strides
+        return self._offset
+
+    @property
+    def region(self) -> Region | None:
+        if self._region is None and self.strided:
+            self._region = Region(self.storage_offset, self.sizes, self.strides, self.itemsize)
+        return self._region
 
     @property
     def is_strided(self) -> bool:
         """True for the torch.strided layout (sparse and nested tensors are not)."""
-        return self.region is not None
+        return self.strided
 
     @property
     def device(self) -> torch.device:
@@ -62,16 +95,13 @@ class TensorFacts(NamedTuple):
 
 
 def _read(value: torch.Tensor) -> TensorFacts:
-    sizes = tuple(value.shape)
-    dtype = value.dtype
-    item = dtype.itemsize
+    if value.layout is not torch.strided:
+        return TensorFacts(value, id(value), False)
     try:
-        strides = tuple(value.stride())
-        offset = value.storage_offset()
         key = value.untyped_storage()._cdata
-    except (RuntimeError, NotImplementedError, AttributeError):  # sparse, nested, opaque subclasses
-        return TensorFacts(id(value), sizes, (), 0, dtype, item, None, value)
-    return TensorFacts(key, sizes, strides, offset, dtype, item, Region(offset, sizes, strides, item), value)
+    except (RuntimeError, NotImplementedError, AttributeError):  # opaque subclasses without a storage
+        return TensorFacts(value, id(value), False)
+    return TensorFacts(value, key, True)
 
 
 def meta_value(node: torch.fx.Node) -> Any:
@@ -84,7 +114,7 @@ def has_meta(node: torch.fx.Node) -> bool:
     return "val" in node.meta
 
 
-def facts_of_value(value: object) -> Optional[TensorFacts]:
+def facts_of_value(value: object) -> TensorFacts | None:
     """Facts of a tensor object (fake or real); None for anything else."""
     if not isinstance(value, torch.Tensor):
         return None
@@ -97,13 +127,13 @@ def facts_of_value(value: object) -> Optional[TensorFacts]:
 class FactsCache:
     """Reads each node's metadata once; the analysis and the effect rules share one cache."""
 
-    __slots__ = ("_tensor", "_outputs")
+    __slots__ = ("_outputs", "_tensor")
 
     def __init__(self) -> None:
-        self._tensor: dict[torch.fx.Node, Optional[TensorFacts]] = {}
-        self._outputs: dict[torch.fx.Node, Optional[list[Optional[TensorFacts]]]] = {}
+        self._tensor: dict[torch.fx.Node, TensorFacts | None] = {}
+        self._outputs: dict[torch.fx.Node, list[TensorFacts | None] | None] = {}
 
-    def tensor(self, node: torch.fx.Node) -> Optional[TensorFacts]:
+    def tensor(self, node: torch.fx.Node) -> TensorFacts | None:
         """Facts of a tensor-valued node, or None (no metadata, or not a tensor)."""
         try:
             return self._tensor[node]
@@ -112,7 +142,7 @@ class FactsCache:
             self._tensor[node] = facts
             return facts
 
-    def outputs(self, node: torch.fx.Node) -> Optional[list[Optional[TensorFacts]]]:
+    def outputs(self, node: torch.fx.Node) -> list[TensorFacts | None] | None:
         """Per-element facts of a node whose value is a tuple or list; None otherwise."""
         try:
             return self._outputs[node]
@@ -122,26 +152,43 @@ class FactsCache:
             self._outputs[node] = out
             return out
 
+    def nested_storage_keys(self, node: torch.fx.Node, index: int) -> list[int]:
+        """Storage identities of the tensors inside element ``index`` of a tuple-valued node
+        (a ``Tensor[]`` inside a tuple result); empty when there are none."""
+        value = node.meta.get("val")
+        if not isinstance(value, (tuple, list)) or not 0 <= index < len(value):
+            return []
+        element = value[index]
+        return _nested_keys(element) if isinstance(element, (tuple, list)) else []
 
-def tensor_facts(node: torch.fx.Node) -> Optional[TensorFacts]:
+
+def _nested_keys(value: object) -> list[int]:
+    if isinstance(value, (tuple, list)):
+        return [k for v in value for k in _nested_keys(v)]
+    facts = facts_of_value(value)
+    return [facts.storage_key] if facts is not None else []
+
+
+def tensor_facts(node: torch.fx.Node) -> TensorFacts | None:
     """Facts of a tensor-valued node, or None (no metadata, or not a tensor). Uncached."""
     return facts_of_value(node.meta.get("val"))
 
 
-def is_tensor_meta(node: torch.fx.Node) -> Optional[bool]:
+def is_tensor_meta(node: torch.fx.Node) -> bool | None:
     """True/False when metadata says whether the value is a tensor; None without metadata."""
     if "val" not in node.meta:
         return None
     return isinstance(node.meta["val"], torch.Tensor)
 
 
-def _same(a: SizeLike, b: SizeLike) -> bool:
+def known_equal(a: SizeLike, b: SizeLike) -> bool:
+    """True when two sizes (ints or SymInts) are provably equal."""
     if type(a) is int and type(b) is int:
         return a == b
     try:
         from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-        return bool(statically_known_true(a == b))  # type: ignore[arg-type]
+        return bool(statically_known_true(a == b))
     except Exception:
         return False
 
@@ -156,7 +203,7 @@ def same_layout(a: TensorFacts, b: TensorFacts) -> bool:
         and a.is_conj == b.is_conj
         and a.is_neg == b.is_neg
         and len(a.sizes) == len(b.sizes)
-        and all(_same(x, y) for x, y in zip(a.sizes, b.sizes))
-        and all(_same(x, y) for x, y in zip(a.strides, b.strides))
-        and _same(a.storage_offset, b.storage_offset)
+        and all(known_equal(x, y) for x, y in zip(a.sizes, b.sizes))
+        and all(known_equal(x, y) for x, y in zip(a.strides, b.strides))
+        and known_equal(a.storage_offset, b.storage_offset)
     )

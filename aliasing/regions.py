@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple
 
 import torch
 
-__all__ = ["Region", "regions_may_overlap", "SizeLike"]
+__all__ = ["Region", "SizeLike", "regions_may_overlap"]
 
-SizeLike = Union[int, torch.SymInt]
+SizeLike = int | torch.SymInt
 
 #: Search steps allowed for the exact solver before answering "may overlap".
 WORK_LIMIT = 20_000
@@ -62,7 +62,7 @@ class Region(NamedTuple):
             type(s) is int for s in self.strides
         )
 
-    def in_bytes(self) -> "Region":
+    def in_bytes(self) -> Region:
         """The same region with offset and strides in bytes and ``itemsize`` kept."""
         item = self.itemsize
         return Region(self.offset * item, self.sizes, tuple(s * item for s in self.strides), item)
@@ -84,6 +84,48 @@ def _known(cond: object) -> bool:
         return bool(statically_known_true(cond))  # type: ignore[arg-type]
     except Exception:  # an undecidable or malformed expression is simply "not proved"
         return False
+
+
+def _known_le(a: SizeLike, b: SizeLike) -> bool:
+    """True only when ``a <= b`` is provable.
+
+    Beyond the shape environment's own reasoning, floor divisions by a positive
+    constant are bounded term by term (``x // c`` lies in ``[(x - c + 1) / c, x / c]``),
+    so that ``n // 3 <= n`` and ``2 * (n // 3) + (n - 2 * (n // 3)) <= n`` are proved
+    (splits of a dynamic dimension into equal parts).
+    """
+    if type(a) is int and type(b) is int:
+        return a <= b
+    if _known(a <= b):
+        return True
+    diff = b - a
+    node = getattr(diff, "node", None)
+    if node is None:
+        return False
+    try:
+        return _nonneg_by_floor_bounds(node.expr, node.shape_env)
+    except Exception:  # an expression outside what the bound handles: not proved
+        return False
+
+
+def _nonneg_by_floor_bounds(expr: object, shape_env: object) -> bool:
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv
+
+    lower = sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(expr)):
+        coeff, rest = term.as_coeff_Mul()
+        if isinstance(rest, FloorDiv):
+            x, c = rest.args
+            if not (c.is_Integer and c > 0) or x.has(FloorDiv):
+                return False
+            lower += coeff * ((x - c + 1) / c if coeff > 0 else x / c)
+        elif term.has(FloorDiv):
+            return False
+        else:
+            lower += term
+    ranges = shape_env.bound_sympy(sympy.expand(lower))  # type: ignore[attr-defined]
+    return bool(ranges.lower >= 0)
 
 
 def _is_empty(r: Region) -> bool:
@@ -266,7 +308,7 @@ def _symbolic_overlap(a: Region, b: Region) -> bool:
         return False
     lo_a, hi_a = _bounds(a)
     lo_b, hi_b = _bounds(b)
-    if _known(hi_a <= lo_b) or _known(hi_b <= lo_a):
+    if _known_le(hi_a, lo_b) or _known_le(hi_b, lo_a):
         return False
     return _peel(a, b)
 
@@ -285,9 +327,7 @@ def _static_int(v: SizeLike) -> int | None:
 
 def _peel(a: Region, b: Region) -> bool:
     """Rule 3 of the module docstring: split both regions on a common outer stride."""
-    off_a, off_b = _static_int(a.offset), _static_int(b.offset)
-    if off_a is None or off_b is None:
-        return True
+    off_a, off_b = a.offset, b.offset
     for ia, sa in enumerate(a.strides):
         for ib, sb in enumerate(b.strides):
             if not (_known(sa == sb) and _known(sa > 0)):
@@ -304,20 +344,28 @@ def _peel(a: Region, b: Region) -> bool:
     return True
 
 
-def _split(region: Region, dim: int, offset: int) -> Optional[tuple[int, SizeLike, Region]]:
+def _split(region: Region, dim: int, offset: SizeLike) -> tuple[int, SizeLike, Region] | None:
     """Rows of ``region`` along ``dim``: (first row, row count, in-row pattern), if the
-    pattern provably fits inside one period of the row stride; else None."""
+    pattern provably fits inside one period of the row stride; else None.
+
+    A symbolic offset (a split of a dynamic dimension: ``qkv.split(n // 3, -1)``)
+    counts as being inside the first row when ``0 <= offset`` and the pattern
+    provably ends within the period."""
     period = region.strides[dim]
     sizes = tuple(s for k, s in enumerate(region.sizes) if k != dim)
     strides = tuple(s for k, s in enumerate(region.strides) if k != dim)
     span: SizeLike = region.itemsize
     for n, st in zip(sizes, strides):
         span = span + (n - 1) * st
-    static_period = _static_int(period)
-    if static_period is not None:
-        q, r = divmod(offset, static_period)
-    else:
+    static_period, static_offset = _static_int(period), _static_int(offset)
+    q: int
+    r: SizeLike
+    if static_period is not None and static_offset is not None:
+        q, r = divmod(static_offset, static_period)
+    elif _known_le(0, offset):
         q, r = 0, offset
-    if not _known(r + span <= period):
+    else:
+        return None
+    if not _known_le(r + span, period):
         return None
     return q, region.sizes[dim], Region(r, sizes, strides, region.itemsize)

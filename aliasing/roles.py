@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["Role", "CALLER_VISIBLE"]
+__all__ = ["CALLER_VISIBLE", "UNKNOWN_STORAGE", "Role"]
 
 
 class Role(str, enum.Enum):
@@ -25,3 +25,6 @@ class Role(str, enum.Enum):
 #: Roles whose memory the caller still observes after the program ran:
 #: writing it changes the program's visible behaviour.
 CALLER_VISIBLE = frozenset({Role.USER_INPUT, Role.PARAMETER, Role.BUFFER, Role.CONSTANT})
+
+#: Storage id that stands for "any storage at all" (a value of unknown origin).
+UNKNOWN_STORAGE = "unknown"

@@ -58,7 +58,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
@@ -66,10 +66,13 @@ import torch.fx
 from aliasing.effects import SINGLE, Effect, EffectRule, EffectTable, tensor_nodes, unknown_effect
 from aliasing.errors import AliasingError
 from aliasing.facts import FactsCache, TensorFacts, same_layout
-from aliasing.roles import Role
+from aliasing.roles import UNKNOWN_STORAGE, Role
 
 if TYPE_CHECKING:
     from aliasing.analysis import AliasAnalysis
+
+#: Analyses one subgraph: the analysis entry point, bound to an effect table.
+Analyzer = Callable[[torch.fx.GraphModule], "AliasAnalysis"]
 
 __all__ = [
     "CONTROL_FLOW_OPS",
@@ -77,7 +80,7 @@ __all__ = [
     "SubgraphSummary",
     "control_flow_rules",
     "summarize_subgraph",
-    "with_control_flow",
+    "tie_control_flow",
 ]
 
 #: Views that may reach memory outside their base's elements (R5 d).
@@ -105,20 +108,14 @@ class SubgraphSummary:
     writes: frozenset[int]
     outputs: tuple[frozenset[int], ...]
     single_output: bool
-    input_facts: tuple[Optional[TensorFacts], ...]
-    output_facts: tuple[Optional[TensorFacts], ...]
+    input_facts: tuple[TensorFacts | None, ...]
+    output_facts: tuple[TensorFacts | None, ...]
     exact_outputs: tuple[bool, ...]
 
     @property
     def aliases_inputs(self) -> bool:
         """True when some output may alias some input."""
         return any(self.outputs)
-
-
-def _default_table() -> EffectTable:
-    from aliasing.effects import DEFAULT_EFFECTS
-
-    return DEFAULT_EFFECTS
 
 
 def _op_name(target: object) -> str:
@@ -129,8 +126,8 @@ def _op_name(target: object) -> str:
 
 def summarize_subgraph(
     module: torch.fx.GraphModule,
+    analyze: Analyzer,
     *,
-    effects: Optional[EffectTable] = None,
     scalar_inputs: Iterable[int] = (),
 ) -> SubgraphSummary:
     """Summarise what a subgraph does to its inputs (see the module docstring).
@@ -139,8 +136,9 @@ def summarize_subgraph(
     ----------
     module : torch.fx.GraphModule
         The subgraph, as a higher-order op calls it (placeholders are its operands).
-    effects : EffectTable, optional
-        Rules for the subgraph's nodes; :data:`aliasing.effects.DEFAULT_EFFECTS` by default.
+    analyze : callable
+        The analysis entry point, applied to ``module`` (``aliasing.analyze``, or
+        one bound to an extended effect table). This module does not import it.
     scalar_inputs : iterable of int
         Placeholder positions known to receive Python scalars (the op passes a
         constant there, such as a size that tracing lifted into an operand):
@@ -159,18 +157,17 @@ def summarize_subgraph(
     --------
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> import aliasing
     >>> def body(x, y):
     ...     x.add_(1)
     ...     return (x * y,)
-    >>> s = summarize_subgraph(make_fx(body, tracing_mode="fake")(torch.ones(2), torch.ones(2)))
+    >>> gm = make_fx(body, tracing_mode="fake")(torch.ones(2), torch.ones(2))
+    >>> s = summarize_subgraph(gm, aliasing.analyze)
     >>> sorted(s.writes), s.outputs
     ([0], (frozenset(),))
     """
-    from aliasing.analysis import analyze
-
-    table = effects if effects is not None else _default_table()
     try:
-        analysis = analyze(module, effects=table)
+        analysis = analyze(module)
     except RecursionError as err:
         raise OpaqueSubgraph(f"the analysis of the subgraph recursed too deeply: {err}") from err
     except Exception as err:  # any failure inside the subgraph analysis makes the op opaque (R5 a)
@@ -179,8 +176,6 @@ def summarize_subgraph(
 
 
 def _summarize(analysis: AliasAnalysis, scalar_inputs: frozenset[int]) -> SubgraphSummary:
-    from aliasing.analysis import UNKNOWN_STORAGE
-
     nodes = analysis.nodes
     for n in nodes:
         if n.op == "call_function" and _op_name(n.target) in _ESCAPING_VIEWS:
@@ -188,7 +183,7 @@ def _summarize(analysis: AliasAnalysis, scalar_inputs: frozenset[int]) -> Subgra
     placeholders = [n for n in nodes if n.op == "placeholder"]
     scalars = {p for i, p in enumerate(placeholders) if i in scalar_inputs}
     by_storage: dict[str, list[int]] = {}
-    input_facts: list[Optional[TensorFacts]] = []
+    input_facts: list[TensorFacts | None] = []
     for i, p in enumerate(placeholders):
         sids = analysis.storage_of(p)
         input_facts.append(analysis.facts_of(p))
@@ -201,7 +196,10 @@ def _summarize(analysis: AliasAnalysis, scalar_inputs: frozenset[int]) -> Subgra
         for sid in sids:
             by_storage.setdefault(sid, []).append(i)
 
+    scalar_storages = {sid for p in scalars for sid in analysis.storage_of(p)} - set(by_storage)
     for sid in analysis.storages:
+        if sid in scalar_storages:
+            continue  # the storage of a scalar operand without metadata: no memory at all
         role = analysis.storage_role(sid)
         # Accesses of scalar placeholders (their storage is "unknown" to the analysis) touch no memory.
         accesses = [acc for acc in analysis.storage_accesses(sid) if acc.value not in scalars]
@@ -221,7 +219,7 @@ def _summarize(analysis: AliasAnalysis, scalar_inputs: frozenset[int]) -> Subgra
     single = not isinstance(returned, (tuple, list))
     elements: Sequence[Any] = [returned] if single else list(returned)
     outputs: list[frozenset[int]] = []
-    output_facts: list[Optional[TensorFacts]] = []
+    output_facts: list[TensorFacts | None] = []
     exact: list[bool] = []
     fresh_owner: dict[str, int] = {}
     tensor_positions = frozenset(i for sids in by_storage.values() for i in sids)
@@ -289,14 +287,14 @@ def _subgraph(node: torch.fx.Node, arg: object) -> torch.fx.GraphModule:
     return obj
 
 
-def _operand_nodes(operands: Sequence[Any]) -> list[Optional[torch.fx.Node]]:
+def _operand_nodes(operands: Sequence[Any]) -> list[torch.fx.Node | None]:
     return [x if isinstance(x, torch.fx.Node) else None for x in operands]
 
 
-def _summary(node: torch.fx.Node, arg: object, operands: Sequence[Any], table: EffectTable) -> SubgraphSummary:
+def _summary(node: torch.fx.Node, arg: object, operands: Sequence[Any], analyze: Analyzer) -> SubgraphSummary:
     """Summary of the subgraph ``arg`` names, called on ``operands`` (Python scalars among them are no tensors)."""
     scalars = [i for i, x in enumerate(operands) if not isinstance(x, (torch.fx.Node, torch.Tensor))]
-    return summarize_subgraph(_subgraph(node, arg), effects=table, scalar_inputs=scalars)
+    return summarize_subgraph(_subgraph(node, arg), analyze, scalar_inputs=scalars)
 
 
 def _no_tensor_kwargs(node: torch.fx.Node) -> None:
@@ -370,7 +368,7 @@ def _check_placement(
     index: int,
     positions: frozenset[int],
     outer: Sequence[TensorFacts],
-    nodes: Sequence[Optional[torch.fx.Node]],
+    nodes: Sequence[torch.fx.Node | None],
     facts: FactsCache,
 ) -> None:
     """R5 g: an output aliasing an input must sit where the outer metadata says it does."""
@@ -390,7 +388,6 @@ def _check_placement(
 # ---------------------------------------------------------------------------
 # the rules
 
-TableRef = Callable[[], EffectTable]
 
 
 def _guarded(name: str, rule: Callable[[torch.fx.Node, FactsCache], Effect]) -> EffectRule:
@@ -405,19 +402,20 @@ def _guarded(name: str, rule: Callable[[torch.fx.Node, FactsCache], Effect]) -> 
     return guarded
 
 
-def _cond_rule(table: TableRef) -> EffectRule:
+def _cond_rule(analyze: Analyzer) -> EffectRule:
     def rule(node: torch.fx.Node, facts: FactsCache) -> Effect:
-        if len(node.args) != 4 or not isinstance(node.args[3], (tuple, list)):
+        operands = node.args[3] if len(node.args) == 4 else None
+        if not isinstance(operands, (tuple, list)):
             raise OpaqueSubgraph("expected cond(pred, true_graph, false_graph, operands) (R5 h)")
         _no_tensor_kwargs(node)
-        pred, true_arg, false_arg, operands = node.args
-        summaries = [_summary(node, a, operands, table()) for a in (true_arg, false_arg)]
+        pred, true_arg, false_arg = node.args[:3]
+        summaries = [_summary(node, a, operands, analyze) for a in (true_arg, false_arg)]
         return _combine(node, facts, list(operands), summaries, tensor_nodes(pred), "cond: branches analysed")
 
     return _guarded("cond", rule)
 
 
-def _while_loop_rule(table: TableRef) -> EffectRule:
+def _while_loop_rule(analyze: Analyzer) -> EffectRule:
     def rule(node: torch.fx.Node, facts: FactsCache) -> Effect:
         args = node.args
         carried = args[2] if len(args) == 4 else None
@@ -426,8 +424,8 @@ def _while_loop_rule(table: TableRef) -> EffectRule:
             raise OpaqueSubgraph("expected while_loop(cond_fn, body_fn, carried_inputs, additional_inputs) (R5 h)")
         _no_tensor_kwargs(node)
         operands = [*carried, *additional]
-        cond_fn = _summary(node, args[0], operands, table())
-        body = _summary(node, args[1], operands, table())
+        cond_fn = _summary(node, args[0], operands, analyze)
+        body = _summary(node, args[1], operands, analyze)
         if len(body.outputs) != len(carried) or body.single_output:
             count = len(body.outputs)
             raise OpaqueSubgraph(f"the body returns {count} values for {len(carried)} carried inputs (R5 h)")
@@ -446,13 +444,13 @@ def _while_loop_rule(table: TableRef) -> EffectRule:
     return _guarded("while_loop", rule)
 
 
-def _wrap_rule(name: str, subgraph_index: int, first_operand: int, table: TableRef) -> EffectRule:
+def _wrap_rule(name: str, subgraph_index: int, first_operand: int, analyze: Analyzer) -> EffectRule:
     def rule(node: torch.fx.Node, facts: FactsCache) -> Effect:
         if len(node.args) <= subgraph_index:
             raise OpaqueSubgraph(f"{name} without its subgraph argument (R5 h)")
         _no_tensor_kwargs(node)
         operands = list(node.args[first_operand:])
-        summary = _summary(node, node.args[subgraph_index], operands, table())
+        summary = _summary(node, node.args[subgraph_index], operands, analyze)
         return _combine(node, facts, operands, [summary], (), f"{name}: subgraph analysed")
 
     return _guarded(name, rule)
@@ -473,14 +471,14 @@ _WRAP_LIKE: Mapping[str, tuple[int, int]] = {
 CONTROL_FLOW_OPS: tuple[str, ...] = ("cond", "while_loop", *_WRAP_LIKE)
 
 
-def control_flow_rules(effects: Optional[TableRef] = None) -> dict[str, EffectRule]:
+def control_flow_rules(analyze: Analyzer) -> dict[str, EffectRule]:
     """Rules for the control-flow higher-order ops, keyed by op name (``EffectTable.hop_rules``).
 
     Parameters
     ----------
-    effects : callable returning an EffectTable, optional
-        The table the subgraphs are analysed with, looked up at each use;
-        :data:`aliasing.effects.DEFAULT_EFFECTS` by default.
+    analyze : callable
+        Analyses one subgraph (a ``GraphModule``) with the table the rules belong
+        to; the rules receive the analysis entry point, they do not import it.
 
     Returns
     -------
@@ -488,43 +486,37 @@ def control_flow_rules(effects: Optional[TableRef] = None) -> dict[str, EffectRu
 
     Examples
     --------
-    >>> sorted(control_flow_rules())[:3]
+    >>> import aliasing
+    >>> sorted(control_flow_rules(aliasing.analyze))[:3]
     ['cond', 'invoke_subgraph', 'tag_activation_checkpoint']
     """
-    table: TableRef = effects if effects is not None else _default_table
     rules: dict[str, EffectRule] = {
-        "cond": _cond_rule(table),
-        "while_loop": _while_loop_rule(table),
+        "cond": _cond_rule(analyze),
+        "while_loop": _while_loop_rule(analyze),
     }
     for name, (sub, first) in _WRAP_LIKE.items():
-        rules[name] = _wrap_rule(name, sub, first, table)
+        rules[name] = _wrap_rule(name, sub, first, analyze)
     return rules
 
 
-def with_control_flow(table: EffectTable) -> EffectTable:
+def tie_control_flow(table: EffectTable, analyze: Callable[..., AliasAnalysis]) -> EffectTable:
     """``table`` plus the control-flow rules, whose subgraphs are analysed with the returned table.
 
-    Use it after extending a table, so that nested subgraphs see the extension too.
-
-    Parameters
-    ----------
-    table : EffectTable
-
-    Returns
-    -------
-    EffectTable
+    ``analyze`` is the analysis entry point (called as ``analyze(gm, effects=table)``);
+    :func:`aliasing.with_control_flow` binds it. Use it after extending a table, so
+    that nested subgraphs see the extension too.
 
     Examples
     --------
-    >>> import torch
-    >>> from aliasing.effects import DEFAULT_EFFECTS, Effect
-    >>> mine = with_control_flow(DEFAULT_EFFECTS.with_rule(torch.ops.aten.relu.default,
-    ...                                                  lambda node, facts: Effect(reads=(node.args[0],))))
-    >>> "cond" in mine.hop_rules
+    >>> import aliasing
+    >>> "cond" in tie_control_flow(aliasing.effects.SCHEMA_EFFECTS, aliasing.analyze).hop_rules
     True
     """
     cell: list[EffectTable] = []
-    rules = control_flow_rules(lambda: cell[0])
-    tied = EffectTable(table.rules, {**table.hop_rules, **rules})
+
+    def analyze_subgraph(gm: torch.fx.GraphModule) -> AliasAnalysis:
+        return analyze(gm, effects=cell[0])
+
+    tied = EffectTable(table.rules, {**table.hop_rules, **control_flow_rules(analyze_subgraph)})
     cell.append(tied)
     return tied

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import torch
 import torch.fx
 
-from aliasing.errors import InvalidTargetError
+from aliasing.errors import InvalidTargetError, describe_node
 from aliasing.roles import Role
 
-__all__ = ["Target", "resolve_target"]
+__all__ = ["Target", "check_donated_inputs", "resolve_target", "validate_graph"]
 
 
 @dataclass(frozen=True)
@@ -20,25 +20,94 @@ class Target:
     """A graph, the module owning its attributes (if any), and the input roles by placeholder name."""
 
     graph: torch.fx.Graph
-    module: Optional[torch.nn.Module]
+    module: torch.nn.Module | None
     input_roles: dict[str, Role]
     donated: frozenset[str]
+
+
+def check_donated_inputs(donated_inputs: object) -> tuple[int, ...]:
+    """The donated input positions as a tuple of ints, or :class:`InvalidTargetError`.
+
+    Example
+    -------
+    >>> check_donated_inputs([0, 2])
+    (0, 2)
+    >>> check_donated_inputs(None)
+    Traceback (most recent call last):
+    ...
+    aliasing.errors.InvalidTargetError: donated_inputs must be an iterable of placeholder positions (ints), got None
+    """
+    if isinstance(donated_inputs, (str, bytes)) or not isinstance(donated_inputs, Iterable):
+        raise InvalidTargetError(
+            f"donated_inputs must be an iterable of placeholder positions (ints), got {donated_inputs!r}"
+        )
+    positions = tuple(donated_inputs)
+    for pos in positions:
+        if isinstance(pos, bool) or not isinstance(pos, int):
+            raise InvalidTargetError(f"donated input position {pos!r} is not an int")
+    return positions
 
 
 def _placeholders(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     return [n for n in graph.nodes if n.op == "placeholder"]
 
 
+def validate_graph(graph: torch.fx.Graph) -> None:
+    """Raise :class:`InvalidTargetError` naming the node unless ``graph`` is well formed.
+
+    Well formed: every argument of a node is a node of the same graph defined
+    earlier in graph order (so there is no cycle), and the graph has at most one
+    output node, its last node.
+
+    Example
+    -------
+    >>> import torch
+    >>> g = torch.fx.Graph()
+    >>> x = g.placeholder("x")
+    >>> y = g.call_function(torch.relu, (x,))
+    >>> y.prepend(x.__class__(g, "early", "call_function", torch.neg, (y,), {}))
+    >>> validate_graph(g)
+    Traceback (most recent call last):
+    ...
+    aliasing.errors.InvalidTargetError: node early uses relu, which is defined after it (a cycle or a use before definition)
+      at node: %early : [num_users=0] = call_function[target=torch.neg](args = (%relu,), kwargs = {})
+    """
+    seen: set[torch.fx.Node] = set()
+    output: torch.fx.Node | None = None
+    for node in graph.nodes:
+        if output is not None:
+            raise InvalidTargetError(
+                f"node {node.name} comes after the output node {output.name}\n  at node: {describe_node(node)}"
+            )
+        for arg in node.all_input_nodes:
+            if arg in seen:
+                continue
+            if arg.graph is not graph:
+                raise InvalidTargetError(
+                    f"node {node.name} takes {arg.name}, a node of another graph\n  at node: {describe_node(node)}"
+                )
+            what = "itself" if arg is node else f"{arg.name}, which is defined after it"
+            raise InvalidTargetError(
+                f"node {node.name} uses {what} (a cycle or a use before definition)\n  at node: {describe_node(node)}"
+            )
+        seen.add(node)
+        if node.op == "output":
+            output = node
+
+
 def resolve_target(target: Any, donated_inputs: Iterable[int] = ()) -> Target:
     """Return the :class:`Target` for a GraphModule, Graph or ExportedProgram.
 
-    ``donated_inputs`` are placeholder positions (0-based, graph order).
+    ``donated_inputs`` are placeholder positions (0-based, graph order). The
+    graph is validated first (:func:`validate_graph`); every problem raises
+    :class:`InvalidTargetError` before anything is analysed or changed.
     """
     roles: dict[str, Role] = {}
-    module: Optional[torch.nn.Module]
+    module: torch.nn.Module | None
+    graph: torch.fx.Graph
     if isinstance(target, torch.export.ExportedProgram):
-        module = target.graph_module
-        graph = module.graph
+        gm = target.graph_module
+        module, graph = gm, gm.graph
         from torch.export.graph_signature import InputKind
 
         kinds = {
@@ -61,9 +130,11 @@ def resolve_target(target: Any, donated_inputs: Iterable[int] = ()) -> Target:
             f"expected a torch.fx.GraphModule, torch.fx.Graph or torch.export.ExportedProgram, "
             f"got {type(target).__name__}"
         )
+    validate_graph(graph)
     placeholders = _placeholders(graph)
     donated: set[str] = set()
-    for pos in donated_inputs:
+    positions = check_donated_inputs(donated_inputs)
+    for pos in positions:
         if isinstance(pos, bool) or not isinstance(pos, int) or not 0 <= pos < len(placeholders):
             raise InvalidTargetError(
                 f"donated input position {pos!r} is not a placeholder position "

@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -143,7 +143,7 @@ def copy_outputs(kernel_src: str) -> list[int]:
         rhs = defs.get(tmp)
         if rhs is None:
             return False
-        ptrs = {p for p in _PTR.findall(rhs)}
+        ptrs = set(_PTR.findall(rhs))
         return len(ptrs) == 1 and not _TMP.search(rhs)
 
     stores: dict[str, list[str]] = {}
@@ -346,7 +346,7 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point; returns 0 when the targets are met."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="*", default=None, help="program names (default: all)")

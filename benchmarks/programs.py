@@ -1,6 +1,6 @@
 """Named small programs for the side-by-side comparison of clone-elimination rules.
 
-Each :class:`NamedProgram` is one case of DESIGN.md's precision targets (must
+Each :class:`NamedProgram` is one case of docs/DESIGN.md's precision targets (must
 remove) or of issue 3's must-keep list, traced with
 ``make_fx(tracing_mode="fake")``. ``sound_removals`` is how many of its clones
 a sound and precise pass removes; the benchmark reports it next to what
@@ -20,7 +20,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import benchmarks.synthetic  # noqa: F401  (registers fxa_bench::rms_norm_)
 
-__all__ = ["NamedProgram", "PROGRAMS", "program"]
+__all__ = ["PROGRAMS", "NamedProgram", "program"]
 
 
 @torch.library.custom_op("fxa_bench::shift_add_", mutates_args=("out",))
@@ -44,7 +44,7 @@ class NamedProgram:
     name : str
         Short identifier.
     case : str
-        The DESIGN.md / issue 3 case it stands for.
+        The docs/DESIGN.md / issue 3 case it stands for.
     fn : Callable
         The eager function (traced by :meth:`trace`).
     input_shapes : tuple

@@ -36,12 +36,12 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
 __all__ = [
+    "NODES_PER_LAYER",
     "GraphSpec",
     "build_transformer_graph",
     "count_nodes",
     "layers_for_nodes",
     "make_inputs",
-    "NODES_PER_LAYER",
 ]
 
 
@@ -313,7 +313,7 @@ def _replicate(spec: GraphSpec, mode: FakeTensorMode, fake: Sequence[Tensor]) ->
             shift = i * cache_step if t_in is t_cache else new_val.storage_offset() - t_val.storage_offset()
             storages.setdefault(_storage_key(t_val), (new_val.untyped_storage(), shift))
 
-        def derive(t_val: object) -> object:
+        def derive(t_val: object, storages: dict[int, tuple[torch.UntypedStorage, int]] = storages) -> object:
             if isinstance(t_val, Tensor):
                 key = _storage_key(t_val)
                 if key not in storages:
@@ -326,7 +326,7 @@ def _replicate(spec: GraphSpec, mode: FakeTensorMode, fake: Sequence[Tensor]) ->
             return t_val
 
         for node in t_body:
-            new = graph.node_copy(node, lambda n: env[n])
+            new = graph.node_copy(node, lambda n, env=env: env[n])
             if node.target is layer_select and node.args[0] is t_cache:
                 new.args = (env[t_cache], node.args[1], i)  # cache[i]: this layer's slice
             env[node] = new

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch.fx
+from torch.fx.node import Argument
 
 from rewrite.decisions import Decision
 from rewrite.errors import RewriteError
@@ -13,12 +15,19 @@ __all__ = ["apply_decisions"]
 
 
 def apply_decisions(graph: torch.fx.Graph, decisions: Sequence[Decision]) -> dict[str, str]:
-    """Replace every removed clone by its original and erase it.
+    """Replace every removed clone by its original and erase it, all or nothing.
 
     Decisions must come from :func:`rewrite.planner.plan_clone_elimination` on
-    this graph (in graph order). Returns ``{removed clone name: replacement name}``.
-    Raises :class:`RewriteError` if a decision names a node that is not there
-    or the rewritten graph fails ``graph.lint()``.
+    this graph (in graph order). A removal that names nodes in ``erased`` (a
+    dead clone, condition C10) erases them with the clone instead of
+    replacing it; a removal of a node that such a group erases only erases it.
+    Returns ``{removed clone name: replacement name}`` (a C10 clone maps to
+    its original's name, which nothing uses in its place). Every decision is
+    checked before the graph changes: a decision naming a node that is not
+    there, whose replacement would be used before it is defined, or whose
+    erased group is still used from outside raises :class:`RewriteError` and
+    leaves the graph as it was. A failure while rewriting restores every use
+    it had changed.
 
     Example
     -------
@@ -30,20 +39,57 @@ def apply_decisions(graph: torch.fx.Graph, decisions: Sequence[Decision]) -> dic
     >>> apply_decisions(gm.graph, plan_clone_elimination(analyze(gm)))
     {'clone': 'x_1'}
     """
+    removals = [d for d in decisions if d.action == "remove"]
+    if not removals:
+        return {}
     by_name = {n.name: n for n in graph.nodes}
-    replaced: dict[str, str] = {}
-    for d in decisions:
-        if d.action != "remove":
-            continue
+    position = {n: i for i, n in enumerate(graph.nodes)}
+    erased: dict[torch.fx.Node, None] = {}
+    for d in removals:
+        for name in d.erased:
+            node = by_name.get(name)
+            if node is None:
+                raise RewriteError(f"decision for {d.node!r} erases a node that is not in the graph: {name!r}")
+            erased[node] = None
+    clones: list[torch.fx.Node] = []
+    dead_clones: list[torch.fx.Node] = []
+    for d in removals:
         clone = by_name.get(d.node)
         if clone is None or not clone.args or not isinstance(clone.args[0], torch.fx.Node):
             raise RewriteError(f"decision names a clone that is not in the graph: {d.node!r}")
-        original = clone.args[0]
-        clone.replace_all_uses_with(original)
-        graph.erase_node(clone)
-        replaced[d.node] = original.name
+        if d.erased or clone in erased:
+            dead_clones.append(clone)
+            continue
+        if clone.args[0] not in position or position[clone.args[0]] >= position[clone]:
+            raise RewriteError(f"the original of {d.node!r} is not defined before it")
+        clones.append(clone)
+    group = set(erased) | set(dead_clones)
+    for node in group:
+        outside = [u.name for u in node.users if u not in group]
+        if outside:
+            raise RewriteError(f"{node.name} is erased but still used by {', '.join(outside)}")
+    replaced: dict[str, str] = {}
+    undo: list[tuple[torch.fx.Node, tuple[Argument, ...], dict[str, Argument]]] = []
     try:
-        graph.lint()
-    except Exception as e:  # lint raises plain RuntimeErrors
-        raise RewriteError(f"the rewritten graph is malformed: {e}") from e
+        for clone in clones:
+            original = cast(torch.fx.Node, clone.args[0])  # checked above
+            for user in list(clone.users):
+                undo.append((user, user.args, dict(user.kwargs)))
+            clone.replace_all_uses_with(original)
+            replaced[clone.name] = original.name
+        for clone in clones:
+            if clone.users:
+                raise RewriteError(f"{clone.name} still has users after its replacement")
+    except BaseException:
+        for user, args, kwargs in reversed(undo):
+            user.args, user.kwargs = args, kwargs
+        raise
+    for clone in dead_clones:
+        if clone not in erased:  # the clone of a C10 group (its members are only erased)
+            replaced[clone.name] = cast(torch.fx.Node, clone.args[0]).name
+    for clone in clones:
+        graph.erase_node(clone)
+    # C10 groups: erase users before what they use (reverse graph order).
+    for node in sorted(group, key=position.__getitem__, reverse=True):
+        graph.erase_node(node)
     return replaced

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aliasing.errors import AliasingError
 
-__all__ = ["RewriteError", "NotEquivalent"]
+__all__ = ["NotEquivalent", "RewriteError"]
 
 
 class RewriteError(AliasingError):
@@ -14,7 +14,7 @@ class RewriteError(AliasingError):
 class NotEquivalent(AliasingError, AssertionError):
     """A rewritten program differs from the original.
 
-    ``clause`` names the soundness clause of DESIGN.md that failed:
+    ``clause`` names the soundness clause of docs/DESIGN.md that failed:
     ``"output"``, ``"input-mutation"``, ``"new-aliasing"`` or ``"raises"``.
     """
 

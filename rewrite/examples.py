@@ -59,11 +59,11 @@ __all__ = [
     "MAX_TOKENS",
     "START",
     "TOKENS",
+    "TracingMode",
     "demo_block",
     "make_demo_inputs",
     "rms_norm_",
     "rotary_",
-    "TracingMode",
     "trace_demo",
 ]
 
@@ -178,7 +178,7 @@ def _block(
     h = x.clone()
     rms_norm_(h, norm_weight, EPS)
     qkv = torch.mm(h, w_qkv)  # [T, 3D], one buffer
-    q, k, v = qkv.split(hidden, dim=-1)  # strided views at offsets 0, D, 2D
+    q, k, v = torch.split(qkv, hidden, dim=-1)  # strided views at offsets 0, D, 2D
     # needed: k is a strided view (layout change) and rotary writes k below
     k_pre = k.clone()
     rotary_(q, k, cos, sin)  # one call writes two disjoint views of qkv

@@ -1,4 +1,4 @@
-"""The torch.compile adapter: fx-aliasing as an Inductor post-grad custom pass.
+"""The torch.compile adapter: fx-aliasing as Inductor custom passes.
 
 This is the only module of the library that imports ``torch._inductor``.
 
@@ -7,17 +7,34 @@ This is the only module of the library that imports ``torch._inductor``.
 mutable custom ops itself. With ``lower_functional=True`` it lowers
 ``auto_functionalized``, ``auto_functionalized_v2`` and
 ``triton_kernel_wrapper_functional`` into explicit clones plus in-place calls
-(:func:`rewrite.lowering.lower_functional_ops`), removes every clone sound clone
-elimination proves unneeded, folds clones that are only copied back into their
-original (the ``copy_`` epilogue of a mutated graph input, a scatter
-write-back) and drops the copies that became self-copies. Inductor's later
-passes then find nothing left to reinplace. With ``lower_functional=False`` the
-functional wrappers are left to Inductor and only the clones already in the
-graph are judged.
+(:func:`rewrite.lowering.lower_functional_ops`), then lets the one copy planner
+(:mod:`rewrite.planner`) remove every copy the program does not need: clones
+that conditions C1-C7 allow, clones folded into the original they are copied
+back into (the ``copy_`` epilogue of a mutated graph input, a scatter
+write-back; condition C8), and the ``copy_`` nodes that then copy a region
+onto itself (C9). Inductor's later passes then find nothing left to
+reinplace. With ``lower_functional=False`` the functional wrappers are left to
+Inductor and only the copies already in the graph are judged.
 
-Logging: logger ``rewrite.inductor`` writes a one-line summary at INFO and each
-decision at DEBUG; the full report is also a structured-trace artifact named
-``fx_aliasing_clone_elimination`` (visible with ``TORCH_TRACE`` / tlparse).
+With ``guard=True`` (the default) the pass also runs the hazard guard
+(:mod:`rewrite.guard`), which protects the program from Inductor's own
+aliasing bugs: before the lowering it restores the reads that the joint
+graph's ``remove_noop_ops`` made stale (H1: a reordered write-back, or a
+clone); after the clone elimination it adds the protective clones that
+Inductor's reinplacing, lowering and scheduling need (H2-H6). Its clones are
+kept by the clone elimination. :class:`JointGraphGuard` is the part only a
+``joint_custom_pre_pass`` can do (H7: offset-changing clones the no-op
+removal would drop). :func:`compile_options` installs both in one line:
+
+>>> import torch
+>>> from rewrite.inductor import compile_options
+>>> compiled = torch.compile(lambda x: x + 1, options=compile_options())  # doctest: +SKIP
+
+Logging: logger ``rewrite.inductor`` writes a one-line summary at INFO (the
+guard's, with the hazards it guarded, where and their bytes, then the clone
+elimination's) and each decision at DEBUG; the full reports are also
+structured-trace artifacts named ``fx_aliasing_clone_elimination`` and
+``fx_aliasing_guard`` (visible with ``TORCH_TRACE`` / tlparse).
 
 Example
 -------
@@ -36,15 +53,23 @@ import hashlib
 import logging
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 import torch.fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
+from rewrite.guard import (
+    GuardReport,
+    InductorModel,
+    guard_inductor_hazards,
+    guard_joint_graph,
+    guard_stale_reads,
+    protected_nodes,
+)
 from rewrite.lowering import PipelineReport, lower_and_eliminate
 
-__all__ = ["CloneEliminationPass", "library_source_hash"]
+__all__ = ["CloneEliminationPass", "JointGraphGuard", "compile_options", "inductor_model", "library_source_hash"]
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +78,10 @@ _PACKAGES = ("aliasing", "rewrite")
 
 
 def library_source_hash() -> str:
-    """SHA-256 of the source of every module of ``aliasing`` and ``rewrite`` (``*.py``, sorted).
+    """SHA-256 of the source of every module of ``aliasing`` and ``rewrite``, subpackages included.
+
+    Files are ``*.py`` under each package, hashed with their path relative to
+    the package, in sorted order.
 
     Examples
     --------
@@ -62,15 +90,24 @@ def library_source_hash() -> str:
     """
     h = hashlib.sha256()
     for pkg in _PACKAGES:
-        for path in sorted((_ROOT / pkg).glob("*.py")):
-            h.update(f"{pkg}/{path.name}\0".encode())
+        base = _ROOT / pkg
+        for path in sorted(base.rglob("*.py")):
+            h.update(f"{pkg}/{path.relative_to(base).as_posix()}\0".encode())
             h.update(path.read_bytes())
             h.update(b"\0")
     return h.hexdigest()
 
 
+def inductor_model() -> InductorModel:
+    """What the guard needs to know about the installed Inductor: the ops that realize their inputs
+    (``needs_realized_inputs``) and the extern (fallback) kernels."""
+    from torch._inductor import lowering
+
+    return InductorModel(frozenset(lowering.needs_realized_inputs), frozenset(lowering.fallbacks))
+
+
 class CloneEliminationPass(CustomGraphPass):
-    """Lower functional custom ops and keep only the clones the program needs.
+    """Lower functional custom ops, keep only the copies the program needs, and guard Inductor's hazards.
 
     Parameters
     ----------
@@ -81,54 +118,172 @@ class CloneEliminationPass(CustomGraphPass):
     lower_functional : bool
         Lower ``auto_functionalized``/``auto_functionalized_v2``/
         ``triton_kernel_wrapper_functional`` before eliminating clones.
+    guard : bool
+        Run the hazard guard (:mod:`rewrite.guard`, H1-H6) around the clone
+        elimination.
 
     Notes
     -----
-    Install it with ``torch.compile(fn, options={"post_grad_custom_post_pass":
-    CloneEliminationPass()})`` or in a list with other passes (Inductor runs a
-    list in order). Any pass manager may call it with a ``torch.fx.Graph``. It
-    never raises: an internal failure leaves the graph valid and equivalent
-    (every step is) and is logged. The last run's report is
-    :attr:`last_report`. :meth:`uuid` changes when the library's code or the
-    configuration changes, so Inductor's cache never replays a stale result.
+    Install it with ``torch.compile(fn, options=compile_options())`` (this
+    pass and :class:`JointGraphGuard`), or alone with
+    ``options={"post_grad_custom_post_pass": CloneEliminationPass()}``, or in
+    a list with other passes (Inductor runs a list in order). Any pass manager
+    may call it with a ``torch.fx.Graph``. It never raises: an internal
+    failure leaves the graph valid and equivalent (every step is) and is
+    logged. The last run's reports are :attr:`last_report` and
+    :attr:`last_guard_report`. :meth:`uuid` changes when the library's code
+    or the configuration changes, so Inductor's cache never replays a stale
+    result.
 
     Examples
     --------
     >>> p = CloneEliminationPass(donated_inputs=(0,))
-    >>> p.uuid() != CloneEliminationPass().uuid()
+    >>> p.uuid() != CloneEliminationPass().uuid() != CloneEliminationPass(guard=False).uuid()
     True
     """
 
-    def __init__(self, *, donated_inputs: Iterable[int] = (), lower_functional: bool = True) -> None:
+    def __init__(
+        self, *, donated_inputs: Iterable[int] = (), lower_functional: bool = True, guard: bool = True
+    ) -> None:
         self.donated_inputs: tuple[int, ...] = tuple(int(i) for i in donated_inputs)
         self.lower_functional = bool(lower_functional)
-        self.last_report: Optional[PipelineReport] = None
+        self.guard = bool(guard)
+        self.last_report: PipelineReport | None = None
+        self.last_guard_report: GuardReport | None = None
 
     def config(self) -> dict[str, Any]:
         """The configuration that changes what the pass does (part of :meth:`uuid`)."""
-        return {"donated_inputs": self.donated_inputs, "lower_functional": self.lower_functional}
+        return {"donated_inputs": self.donated_inputs, "lower_functional": self.lower_functional, "guard": self.guard}
 
     def uuid(self) -> str:
         """A hash of the library's source and of :meth:`config`."""
-        h = hashlib.sha256()
-        h.update(library_source_hash().encode())
-        h.update(repr(sorted(self.config().items())).encode())
-        return h.hexdigest()
+        return _uuid(self.config())
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         """Rewrite ``graph`` in place (see the module docstring)."""
+        guard = GuardReport()
+        if self.guard:
+            guard = guard_stale_reads(graph, donated_inputs=self.donated_inputs)
         try:
             report = lower_and_eliminate(
-                graph, donated_inputs=self.donated_inputs, lower_functional=self.lower_functional
+                graph,
+                donated_inputs=self.donated_inputs,
+                lower_functional=self.lower_functional,
+                keep=protected_nodes(graph, guard),
             )
         except Exception as e:  # the pipeline reports its own failures; this is a last guard
             log.warning("fx-aliasing clone elimination failed: %s: %s", type(e).__name__, e)
-            return
-        self.last_report = report
-        _log_report(report)
+            report = None
+        if self.guard:
+            try:
+                model = inductor_model()
+            except Exception as e:  # an Inductor without these tables: predict with the default model
+                log.debug("Inductor's op tables are not available (%s); using the default model", e)
+                model = InductorModel()
+            guard = guard.merged(guard_inductor_hazards(graph, model, donated_inputs=self.donated_inputs))
+            self.last_guard_report = guard
+            _log_guard(guard)
+        if report is not None:
+            self.last_report = report
+            _log_report(report)
 
     def __repr__(self) -> str:
-        return f"CloneEliminationPass(donated_inputs={self.donated_inputs}, lower_functional={self.lower_functional})"
+        return (
+            f"CloneEliminationPass(donated_inputs={self.donated_inputs}, "
+            f"lower_functional={self.lower_functional}, guard={self.guard})"
+        )
+
+
+class JointGraphGuard(CustomGraphPass):
+    """The hazard guard's ``joint_custom_pre_pass`` (H7 of :mod:`rewrite.guard`).
+
+    It runs on the joint graph before Inductor's ``remove_noop_ops`` and
+    keeps the clones that change a storage offset an opaque op may observe
+    (pytorch/pytorch#197489); by the time a post-grad pass sees the graph
+    those clones are gone. Never raises; the last run's report is
+    :attr:`last_report`.
+
+    Examples
+    --------
+    >>> JointGraphGuard().uuid() != CloneEliminationPass().uuid()
+    True
+    """
+
+    def __init__(self) -> None:
+        self.last_report: GuardReport | None = None
+
+    def uuid(self) -> str:
+        """A hash of the library's source (the pass has no configuration)."""
+        return _uuid({"pass": "joint_graph_guard"})
+
+    def __call__(self, graph: torch.fx.Graph | torch.fx.GraphModule) -> None:
+        """Rewrite the joint graph in place."""
+        g = graph.graph if isinstance(graph, torch.fx.GraphModule) else graph
+        report = guard_joint_graph(g)
+        self.last_report = report
+        _log_guard(report)
+
+    def __repr__(self) -> str:
+        return "JointGraphGuard()"
+
+
+def compile_options(
+    *, donated_inputs: Iterable[int] = (), lower_functional: bool = True, guard: bool = True, **options: Any
+) -> dict[str, Any]:
+    """Inductor options that install every fx-aliasing hook: ``torch.compile(fn, options=compile_options())``.
+
+    ``post_grad_custom_post_pass`` gets a :class:`CloneEliminationPass` (with
+    these arguments) and, with ``guard``, ``joint_custom_pre_pass`` a
+    :class:`JointGraphGuard`. Other Inductor ``options`` are passed through;
+    a pass already given for one of these hooks runs first (in a list).
+
+    Examples
+    --------
+    >>> opts = compile_options(donated_inputs=(0,))
+    >>> sorted(opts), opts["post_grad_custom_post_pass"].donated_inputs
+    (['joint_custom_pre_pass', 'post_grad_custom_post_pass'], (0,))
+    >>> sorted(compile_options(guard=False, max_autotune=False))
+    ['max_autotune', 'post_grad_custom_post_pass']
+    """
+    out = dict(options)
+    hooks: dict[str, Any] = {
+        "post_grad_custom_post_pass": CloneEliminationPass(
+            donated_inputs=donated_inputs, lower_functional=lower_functional, guard=guard
+        )
+    }
+    if guard:
+        hooks["joint_custom_pre_pass"] = JointGraphGuard()
+    for key, ours in hooks.items():
+        theirs = out.get(key)
+        if theirs is None:
+            out[key] = ours
+        else:
+            out[key] = [*(theirs if isinstance(theirs, list) else [theirs]), ours]
+    return out
+
+
+def _uuid(config: dict[str, Any]) -> str:
+    h = hashlib.sha256()
+    h.update(library_source_hash().encode())
+    h.update(repr(sorted(config.items())).encode())
+    return h.hexdigest()
+
+
+def _log_guard(report: GuardReport) -> None:
+    if not report.guarded and not report.error:
+        return
+    if log.isEnabledFor(logging.DEBUG):
+        for g in report.guarded:
+            log.debug("guard: %s", g.describe())
+    log.info("%s", report.summary())
+    try:
+        torch._logging.trace_structured(  # type: ignore[attr-defined]  # re-exported without __all__
+            "artifact",
+            metadata_fn=lambda: {"name": "fx_aliasing_guard", "encoding": "string"},
+            payload_fn=lambda: str(report),
+        )
+    except Exception as e:  # tracing is best effort
+        log.debug("structured trace failed: %s", e)
 
 
 def _log_report(report: PipelineReport) -> None:
@@ -139,14 +294,15 @@ def _log_report(report: PipelineReport) -> None:
             log.debug("not lowered %s (%s): %s", sk.node, sk.kind, sk.reason)
         for i, rep in enumerate(report.eliminations):
             for d in rep.decisions:
-                log.debug("round %d: %s %s (%s): %s %s", i + 1, d.action, d.node, d.original, d.reason, ", ".join(d.evidence))
-        for f in report.folds:
-            log.debug("%s", f)
+                cond = f"{d.reason.condition} " if d.reason.condition else ""
+                log.debug(
+                    "round %d: %s %s (%s): %s%s %s", i + 1, d.action, d.node, d.original, cond, d.reason, ", ".join(d.evidence)
+                )
         for name in report.dropped_copies:
             log.debug("dropped self-copy %s", name)
     log.info("%s", report.summary())
     try:
-        torch._logging.trace_structured(
+        torch._logging.trace_structured(  # type: ignore[attr-defined]  # re-exported without __all__
             "artifact",
             metadata_fn=lambda: {"name": "fx_aliasing_clone_elimination", "encoding": "string"},
             payload_fn=lambda: str(report),

@@ -1,68 +1,218 @@
-"""The clone-elimination planner: pure decisions, one clone at a time.
+"""The copy planner: pure decisions on clones and copies, one at a time.
 
-``c = clone(o)`` may be replaced by ``o`` when all of these hold (DESIGN.md):
+Copies are one model. A clone ``c = clone(o)`` (or an ``aten._to_copy`` that
+changes nothing, or a torch-level ``Tensor.clone``/``torch.clone`` call) and
+a write-back ``copy_(d, s)`` (a graph input's ``copy_`` epilogue, a lowered
+scatter) both copy memory; this planner decides, for each of them, whether
+the program needs the copy. Its conditions are those of docs/DESIGN.md
+(C1-C7), the copy-back fold C8, the self-copy rule C9 and the dead-clone
+erasure C10. Each keep names the condition that failed with a
+:class:`~rewrite.decisions.Reason`; each removal names the condition that
+allowed it.
+
+Terms (computed by :mod:`rewrite.dataflow` from the analysis' public queries):
+a node is *dead* when it writes nothing, is not opaque, and only dead nodes
+use its result; a dead node's reads do not count unless it (or a dead node
+its result flows into) may raise depending on the values it reads (indexing
+with tensor indices, ``item``, asserts, integer division, any op not known
+to be safe). A *kill* of a region is a proven full overwrite of it
+(pointwise in place, ``copy_``, ``zero_``, ``fill_``, pointwise ``out=``); an
+op whose destination is only written (``copy_``, fills, ``out=``) does not
+read it. An op is *element-exact* on two regions when it is elementwise
+(pointwise, ``copy_``, fills) and the regions are identical (same offset,
+sizes, strides and item size): element ``i`` is read before it is written.
+Unknown stays "may": an opaque op reads and writes everything it reaches.
+
+``c = clone(o)`` may be replaced by ``o`` when all of these hold:
 
 C1 layout: ``c`` and ``o`` agree on dtype, device, sizes, strides, storage
    offset and conj/neg bits (a ``memory_format`` that changes strides fails).
+   Then a byte of ``c``'s storage and the same byte offset of ``o``'s storage
+   hold the same element (a clone's storage is exactly its dense region).
+   C1 refined (``LAYOUT_UNOBSERVED``): when only strides or storage offset
+   differ, ``c`` may still go if no consumer observes its layout
+   (:func:`rewrite.dataflow.layout_observer`: elementwise and copying
+   consumers whose recomputed layout is the one their metadata records,
+   elementwise writes whose results nothing uses, size reads, unused views
+   and dead leaves). An output, a stride read, a ``view``, a reduction whose
+   result is used (summation order follows strides) observe it. Regions in
+   ``c``'s storage then no longer describe ``o``'s: ``c``'s own accesses are
+   taken as ``o``'s region, every other value of ``c``'s storage as
+   "anywhere" (C7), and the fold C8 does not apply.
 C2 no write to memory overlapping ``o`` between the clone and a later read of
    ``c`` (or of an alias of ``c``).
 C3 no write to ``c`` (through any alias: views, chained in-place results,
    ``out=``) followed by a read of memory overlapping ``o``.
 C4 no node both writes memory of ``c`` and reads memory of ``o``, nor writes
-   memory of ``o`` and reads memory of ``c`` (same-node hazard).
+   memory of ``o`` and reads memory of ``c`` (same-node hazards; one reason
+   for each direction).
 C5 if ``o`` lives in caller-visible memory (a non-donated input, a parameter,
    a buffer or a constant), nothing writes ``c``.
+   C2-C5 refined on live values (``REMOVABLE_BY_DATAFLOW``), judged by the
+   regions accesses touch (in ``o``'s coordinates) in one scan of the
+   accesses after the clone, each node's reads before its writes:
+   C2' a read of ``c`` by a node that is not a dead reader touches no region
+       that ``o`` has been written in since ``c`` last held ``o``'s value;
+   C3' a read of ``o`` by a node that is not a dead reader touches no region
+       that ``c`` has been written in since;
+   C4' a node that writes one side and reads the other is element-exact on
+       every pair of overlapping regions (``c.mul_(o)``, ``add(o, 1,
+       out=c)``); a partial overlap would make it raise after the removal;
+   C5' at the end no region of caller-visible memory holds a value written
+       through the other side;
+   where a write of one side ends the other side's claim on the regions it
+   kills, a ``copy_`` between identical regions of ``c`` and ``o`` while
+   they hold equal values is a no-op (after removal a self-copy) that makes
+   them equal again, a ``copy_`` of a region onto itself is no access at
+   all, and a destination that is only written is not read.
 C6 if ``c`` (or an alias) is returned, ``o`` must not live in caller-visible
    memory, nor share memory with another returned value.
-C7 decisions are taken one clone at a time, in graph order, against the
+C7 decisions are taken one copy at a time, in graph order, against the
    analysis *as updated by the removals already decided*: after ``c`` goes,
    its storage is merged into ``o``'s, so a second clone of ``o`` sees the
-   first one's writes as writes of ``o``. Clones kept in one pass are decided
-   again in the next while removals happen (a removed clone may have been the
-   read that kept an earlier one), so the plan is a fixed point.
+   first one's writes as writes of ``o``, and a removed copy no longer reads
+   or writes anything. Copies kept in one pass are decided again in the next
+   while removals happen (a removed clone may have been the read that kept an
+   earlier one), so the plan is a fixed point.
+
+C8 fold (C2-C5 judged by the regions the clone writes). When C1 holds but
+   C2-C5 keep ``c``, ``c`` may still be replaced by ``o`` when, with ``W`` the
+   *written region*:
+
+   C8a either the first write of ``o``'s memory after ``c`` that copies from
+       ``c``'s memory is a copy-back ``E = copy_(d, s)`` with ``d`` in ``o``'s
+       storage, ``s`` in ``c``'s, identical regions and dtypes (``W`` is
+       ``d``; after the fold ``E`` copies a region onto itself, C9); or there
+       is no such copy-back and ``o`` is not caller-visible (C5; ``W`` is the
+       regions of ``c``'s writes);
+   C8b with a copy-back, every write of ``c`` happens before ``E`` and inside
+       ``s``;
+   C8c no read of ``o``'s memory overlapping ``W`` happens from the first
+       write of ``c`` on (up to ``E``): it would see the new values early (C3
+       by regions; C4 when the reading node also writes ``c``, as in
+       pytorch/pytorch#198031);
+   C8d no write of ``o``'s memory after ``c`` (other than ``E``) overlaps a
+       region of ``c`` read at or after it, before or after ``E`` (C2 by
+       regions; C4 when the same node reads ``c``). With a copy-back this
+       covers writes of ``o`` into ``W`` before ``E`` too, since ``E`` reads
+       ``s``;
+   and, as for any removal, C6, C7 and known regions for every access of
+   ``c`` (``OPAQUE_USE``).
+
+   The keep reason of a failed fold is the fold's when a copy-back exists
+   (it says why the copy-back cannot absorb the clone), otherwise the first
+   of C2-C5 that failed. The refined C2-C5 are tried after the fold; when
+   they fail too, the reason stands.
+
+C9 self-copy: ``copy_(d, s)`` is removed (its users take ``d``) when ``d`` and
+   ``s`` are provably the same memory with the same layout and dtype, against
+   the graph as the removals decided so far leave it (C7): the same storage
+   class, identical regions. After a fold (C8) its copy-back is one.
+
+C10 dead clone (``DEAD_CLONE_ERASED``, only with ``erase_dead``): when a
+   clone that cannot be replaced is never read by anything that matters, it
+   goes together with every node that uses it, transitively: its writers
+   and the dead users of its values. Each of them must be an ATen op (or a
+   ``getitem``) that is neither opaque nor random, must write only the
+   clone's storage or storages made inside the group, and none of them may
+   be the output; no other node may touch those storages. Nothing the group
+   computes reaches an output or memory that outlives it, so erasing it
+   changes no output and no caller-visible memory, and erasing a node never
+   makes a program raise. Clones and copies inside the group are erased
+   with it (``ERASED_WITH_DEAD_CLONE``, ``COPY_ERASED_WITH_DEAD_CLONE``).
 
 Everything a condition cannot prove is a keep with its :class:`Reason`:
 missing metadata or an ambiguous storage (``UNKNOWN_STORAGE``), an opaque op
 touching the clone's memory (``OPAQUE_USE``). The planner reads the analysis
-and never touches the graph; :mod:`rewrite.apply` performs the decisions.
+and never touches the graph; :func:`rewrite.apply.apply_decisions` performs
+the decisions (a removed ``copy_`` is replaced by its destination, like a
+removed clone by its original; a C10 group is erased).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+import operator
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 import torch.fx
 
 from aliasing import Access, AliasAnalysis, Region, Role, regions_may_overlap
 from aliasing.analysis import UNKNOWN_STORAGE
-from aliasing.facts import same_layout
+from aliasing.errors import AliasingError
+from aliasing.facts import TensorFacts, known_equal, same_layout
 from aliasing.roles import CALLER_VISIBLE
+from rewrite.dataflow import (
+    dead_readers,
+    is_elementwise,
+    layout_observer,
+    op_of,
+    write_only_args,
+    writes_all_of,
+)
 from rewrite.decisions import Decision, Reason
 
-__all__ = ["is_clone_candidate", "plan_clone_elimination", "CONDITIONS"]
+__all__ = ["CONDITIONS", "is_clone_candidate", "is_copy_candidate", "plan_clone_elimination"]
 
 #: Conditions that ``skip`` may name (for testing test tools only: skipping any is unsound).
 CONDITIONS = frozenset({"C1", "C2", "C3", "C4", "C5", "C6"})
 
 _TO_COPY_KWARGS = frozenset({"dtype", "layout", "device", "memory_format", "non_blocking"})
 
+#: Torch-level spellings of a clone (``torch.fx.symbolic_trace`` graphs).
+_TORCH_CLONES = (torch.clone, torch.Tensor.clone)
+
 
 def is_clone_candidate(node: torch.fx.Node) -> bool:
-    """True for ``aten.clone`` and for ``aten._to_copy`` calls that may change nothing.
+    """True for ``aten.clone``, ``aten._to_copy`` calls that may change nothing, and torch-level clones.
 
+    Torch-level graphs (``torch.fx.symbolic_trace``) spell a clone as the
+    ``call_method`` ``clone`` or as a call of ``torch.clone`` or
+    ``Tensor.clone``; the analysis gives them the effects of ``aten.clone``.
     (Whether a ``_to_copy`` really changes nothing is condition C1's job.)
+
+    Examples
+    --------
+    >>> import torch
+    >>> gm = torch.fx.symbolic_trace(lambda x: x.clone() + torch.clone(x))
+    >>> [n.name for n in gm.graph.nodes if is_clone_candidate(n)]
+    ['clone', 'clone_1']
     """
-    if node.op != "call_function" or not node.args or not isinstance(node.args[0], torch.fx.Node):
+    if not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    if node.op == "call_method":
+        return node.target == "clone" and len(node.args) == 1 and set(node.kwargs) <= {"memory_format"}
+    if node.op != "call_function":
         return False
     if node.target is torch.ops.aten.clone.default:
         return len(node.args) == 1
     if node.target is torch.ops.aten._to_copy.default:
         return len(node.args) == 1 and set(node.kwargs) <= _TO_COPY_KWARGS
+    if node.target in _TORCH_CLONES:
+        return len(node.args) == 1 and set(node.kwargs) <= {"memory_format"}
     return False
+
+
+def is_copy_candidate(node: torch.fx.Node) -> bool:
+    """True for ``aten.copy_(d, s)`` with two node arguments: a write-back condition C9 may drop.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> gm = make_fx(lambda x, y: x.copy_(y), tracing_mode="fake")(torch.randn(2), torch.randn(2))
+    >>> [n.name for n in gm.graph.nodes if is_copy_candidate(n)]
+    ['copy_']
+    """
+    return (
+        node.op == "call_function"
+        and node.target is torch.ops.aten.copy_.default
+        and len(node.args) == 2
+        and not node.kwargs
+        and all(isinstance(a, torch.fx.Node) for a in node.args)
+    )
 
 
 @dataclass
@@ -80,10 +230,16 @@ class _State:
     """The analysis as updated by the removals decided so far (C7)."""
 
     analysis: AliasAnalysis
+    erase_dead: bool = True
+    dead: frozenset[torch.fx.Node] = frozenset()
     parent: dict[str, str] = field(default_factory=dict)
     classes: dict[str, _Class] = field(default_factory=dict)
     removed: set[torch.fx.Node] = field(default_factory=set)
     replaced: dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)
+    #: storages merged with a change of layout (C1 refined): their regions describe nothing
+    relocated: set[str] = field(default_factory=set)
+    #: nodes erased with a dead clone (C10) -> that clone
+    erased: dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)
 
     def find(self, sid: str) -> str:
         root = sid
@@ -123,19 +279,50 @@ class _State:
             node = self.replaced[node]
         return node
 
+    def root_of(self, node: torch.fx.Node) -> str | None:
+        """The storage class of ``node``'s single known storage (None when it has none)."""
+        sid = _single_storage(self.analysis, node)
+        return None if sid is None else self.find(sid)
 
-def _single_storage(analysis: AliasAnalysis, node: torch.fx.Node) -> Optional[str]:
+    def region(self, node: torch.fx.Node) -> Region | None:
+        """``node``'s region in its storage class (None: anywhere), after the removals so far (C7).
+
+        A value of a storage merged with a change of layout has none, except the
+        removed clone itself, which stands for its replacement.
+        """
+        sid = _single_storage(self.analysis, node)
+        if sid is not None and sid in self.relocated:
+            if node in self.replaced:
+                return self.region(self.replaced[node])
+            return None
+        return self.analysis.region_of(node)
+
+    def access_region(self, acc: Access) -> Region | None:
+        """The region an access touches (None: anywhere in its storage)."""
+        return None if acc.whole else self.region(acc.value)
+
+    def touches(self, region: Region | None, acc: Access) -> bool:
+        return _overlaps(region, self.access_region(acc))
+
+    def users(self, node: torch.fx.Node) -> list[torch.fx.Node]:
+        """The nodes that use ``node`` once the removals so far are applied (C7)."""
+        out: list[torch.fx.Node] = []
+        for user in node.users:
+            if user in self.erased:
+                continue
+            if user in self.removed:
+                if self.resolve(user) is self.resolve(node):  # a removed clone or copy of it: its users take it
+                    out.extend(self.users(user))
+                continue
+            out.append(user)
+        return out
+
+
+def _single_storage(analysis: AliasAnalysis, node: torch.fx.Node) -> str | None:
     pts = analysis.storage_of(node)
     if len(pts) != 1 or UNKNOWN_STORAGE in pts:
         return None
     return next(iter(pts))
-
-
-def _touches(region: Optional[Region], analysis: AliasAnalysis, acc: Access) -> bool:
-    if region is None or acc.whole:
-        return True
-    other = analysis.region_of(acc.value)
-    return other is None or regions_may_overlap(region, other)
 
 
 def _after(cls: _Class, position: int, removed: set[torch.fx.Node]) -> Iterable[Access]:
@@ -145,20 +332,104 @@ def _after(cls: _Class, position: int, removed: set[torch.fx.Node]) -> Iterable[
             yield acc
 
 
-def _decide(state: _State, clone: torch.fx.Node, skip: frozenset[str]) -> Decision:
+def _overlaps(x: Region | None, y: Region | None) -> bool:
+    if x is None or y is None:
+        return True
+    return regions_may_overlap(x, y)
+
+
+def _same_region(x: Region | None, y: Region | None) -> bool:
+    """True when two regions provably cover the same elements in the same order."""
+    if x is None or y is None:
+        return False
+    return (
+        x.itemsize == y.itemsize
+        and len(x.sizes) == len(y.sizes)
+        and known_equal(x.offset, y.offset)
+        and all(known_equal(p, q) for p, q in zip(x.sizes, y.sizes))
+        and all(known_equal(p, q) or known_equal(n, 1) for p, q, n in zip(x.strides, y.strides, x.sizes))
+    )
+
+
+def _same_elements(x: TensorFacts | None, y: TensorFacts | None) -> bool:
+    """True when two strided values provably hold elements of one kind (dtype, device, bits)."""
+    return (
+        x is not None
+        and y is not None
+        and x.dtype == y.dtype
+        and x.device == y.device
+        and x.is_conj == y.is_conj
+        and x.is_neg == y.is_neg
+        and x.is_strided
+        and y.is_strided
+    )
+
+
+def _layout_only_change(x: TensorFacts, y: TensorFacts) -> bool:
+    """True when two values provably differ at most in strides and storage offset (C1 refined)."""
+    return (
+        _same_elements(x, y)
+        and len(x.sizes) == len(y.sizes)
+        and all(known_equal(p, q) for p, q in zip(x.sizes, y.sizes))
+    )
+
+
+Keep = Callable[..., Decision]
+
+
+@dataclass
+class _Clone:
+    """What the decision on one clone reads from the state: its accesses after the clone (C7)."""
+
+    clone: torch.fx.Node
+    original: torch.fx.Node
+    position: int
+    ccls: _Class
+    ocls: _Class
+    c_reads: list[Access]
+    c_writes: list[Access]
+    relocated: bool = False
+
+    @property
+    def c_read_nodes(self) -> set[torch.fx.Node]:
+        return {acc.node for acc in self.c_reads}
+
+    @property
+    def c_write_nodes(self) -> set[torch.fx.Node]:
+        return {acc.node for acc in self.c_writes}
+
+
+def _decide_clone(state: _State, clone: torch.fx.Node, skip: frozenset[str]) -> Decision:
+    decision = _decide_replacement(state, clone, skip)
+    if decision.action == "keep" and state.erase_dead and decision.reason is not Reason.INTERNAL_ERROR:
+        erased = _decide_erase(state, clone, decision.original)
+        if erased is not None:
+            return erased
+    return decision
+
+
+def _decide_replacement(state: _State, clone: torch.fx.Node, skip: frozenset[str]) -> Decision:
     a = state.analysis
     name = clone.name
     original = state.resolve(clone.args[0])  # type: ignore[arg-type]
-    keep = lambda reason, *ev: Decision(name, "keep", reason, tuple(e.name for e in ev), original.name)  # noqa: E731
+
+    def keep(reason: Reason, *ev: torch.fx.Node) -> Decision:
+        return Decision(name, "keep", reason, tuple(e.name for e in ev), original.name)
 
     fc, fo = a.facts_of(clone), a.facts_of(original)
     if fc is None or fo is None:
         return keep(Reason.UNKNOWN_STORAGE, *([] if fc else [clone]), *([] if fo else [original]))
-    # C1 layout.
+    # C1 layout; refined: a change of strides or offset that no consumer observes.
+    relocated = False
     if "C1" not in skip and not same_layout(fc, fo):
-        return keep(Reason.LAYOUT, original)
+        if not _layout_only_change(fc, fo):
+            return keep(Reason.LAYOUT, original)
+        observer = layout_observer(a, clone, fo, state.users, state.dead)
+        if observer is not None:
+            return keep(Reason.LAYOUT, original, *([observer] if observer is not clone else []))
+        relocated = True
     sc, so = _single_storage(a, clone), _single_storage(a, original)
-    ro = a.region_of(original)
+    ro = state.region(original)
     if sc is None or so is None or ro is None:
         return keep(Reason.UNKNOWN_STORAGE, clone if sc is None else original)
     pos = a.position(clone)
@@ -173,21 +444,51 @@ def _decide(state: _State, clone: torch.fx.Node, skip: frozenset[str]) -> Decisi
         if a.is_unknown(acc.node):
             return keep(Reason.OPAQUE_USE, acc.node)
         (c_writes if acc.kind == "write" else c_reads).append(acc)
-    last_c_read = c_reads[-1] if c_reads else None
-    first_c_write = c_writes[0] if c_writes else None
-    c_read_nodes = {acc.node for acc in c_reads}
-    c_write_nodes = {acc.node for acc in c_writes}
+    info = _Clone(clone, original, pos, ccls, ocls, c_reads, c_writes, relocated)
+    removable = Reason.LAYOUT_UNOBSERVED if relocated else Reason.REMOVABLE
 
+    blocked = _check_c2_to_c5(state, info, ro, skip, keep)
+    if blocked is None:
+        # C6: the clone is returned.
+        if "C6" not in skip:
+            aliasing = _check_c6(state, info, keep)
+            if aliasing is not None:
+                return aliasing
+        return Decision(name, "remove", removable, (), original.name)
+    result = blocked
+    if not relocated:
+        # C8: C2-C5 judge the original's whole region; the fold judges the regions written.
+        result = _decide_fold(state, info, blocked, keep)
+        if result.action == "remove":
+            return result
+    # C2-C5 refined: liveness, kills, value-preserving copies, element-exact same-node effects.
+    refined = _scan(state, info, ro, skip, keep)
+    if isinstance(refined, Decision):
+        return result
+    if "C6" not in skip:
+        aliasing = _check_c6(state, info, keep)
+        if aliasing is not None:
+            return aliasing
+    reason = Reason.LAYOUT_UNOBSERVED if relocated else Reason.REMOVABLE_BY_DATAFLOW
+    return Decision(name, "remove", reason, tuple(n.name for n in refined), original.name)
+
+
+def _check_c2_to_c5(
+    state: _State, info: _Clone, ro: Region, skip: frozenset[str], keep: Keep
+) -> Decision | None:
+    """The keep decision of the first of C4, C2, C3, C5 that fails (None when all hold)."""
+    last_c_read = info.c_reads[-1] if info.c_reads else None
+    first_c_write = info.c_writes[0] if info.c_writes else None
+    c_read_nodes, c_write_nodes = info.c_read_nodes, info.c_write_nodes
     # Accesses of memory overlapping the original after the clone.
-    o_accs = [acc for acc in _after(ocls, pos, state.removed) if _touches(ro, a, acc)]
-
-    # C4 same-node hazards.
+    o_accs = [acc for acc in _after(info.ocls, info.position, state.removed) if state.touches(ro, acc)]
+    # C4 same-node hazards, one reason for each direction.
     if "C4" not in skip:
         for acc in o_accs:
             if acc.kind == "read" and acc.node in c_write_nodes:
-                return keep(Reason.SAME_NODE_HAZARD, acc.node)
+                return keep(Reason.SAME_NODE_WRITES_CLONE_READS_ORIGINAL, acc.node)
             if acc.kind == "write" and acc.node in c_read_nodes:
-                return keep(Reason.SAME_NODE_HAZARD, acc.node)
+                return keep(Reason.SAME_NODE_WRITES_ORIGINAL_READS_CLONE, acc.node)
     # C2: a write of the original before a later read of the clone.
     if "C2" not in skip and last_c_read is not None:
         for acc in o_accs:
@@ -200,44 +501,412 @@ def _decide(state: _State, clone: torch.fx.Node, skip: frozenset[str]) -> Decisi
         for acc in o_accs:
             if acc.kind == "read" and acc.position > first_c_write.position:
                 return keep(Reason.CLONE_WRITTEN_ORIGINAL_READ, first_c_write.node, acc.node)
-    caller_visible = ocls.roles & CALLER_VISIBLE
     # C5: the clone is written and the original is memory the caller observes.
-    if "C5" not in skip and first_c_write is not None and caller_visible:
-        return keep(Reason.WRITES_CALLER_MEMORY, first_c_write.node, original)
-    # C6: the clone is returned.
-    out = a.output_node
-    if "C6" not in skip and out is not None and out in c_read_nodes:
-        if caller_visible:
-            return keep(Reason.OUTPUT_ALIASING, original)
-        for acc in ocls.accesses:
-            if acc.node is out:
-                return keep(Reason.OUTPUT_ALIASING, acc.value)
-    return Decision(name, "remove", Reason.REMOVABLE, (), original.name)
+    if "C5" not in skip and first_c_write is not None and info.ocls.roles & CALLER_VISIBLE:
+        return keep(Reason.WRITES_CALLER_MEMORY, first_c_write.node, info.original)
+    return None
+
+
+def _check_c6(state: _State, info: _Clone, keep: Keep) -> Decision | None:
+    """C6: the keep decision when the clone is returned and removing it would alias outputs."""
+    out = state.analysis.output_node
+    if out is None or out not in info.c_read_nodes:
+        return None
+    if info.ocls.roles & CALLER_VISIBLE:
+        return keep(Reason.OUTPUT_ALIASING, info.original)
+    for acc in info.ocls.accesses:
+        if acc.node is out:
+            return keep(Reason.OUTPUT_ALIASING, acc.value)
+    return None
+
+
+@dataclass
+class _Step:
+    """One node's accesses of the clone's and the original's memory, regions in the original's coordinates."""
+
+    node: torch.fx.Node
+    c_reads: list[tuple[Region | None, torch.fx.Node]] = field(default_factory=list)
+    c_writes: list[tuple[Region | None, torch.fx.Node]] = field(default_factory=list)
+    o_reads: list[tuple[Region | None, torch.fx.Node]] = field(default_factory=list)
+    o_writes: list[tuple[Region | None, torch.fx.Node]] = field(default_factory=list)
+
+
+def _steps(state: _State, info: _Clone, ro: Region) -> list[_Step]:
+    """The accesses of both sides after the clone, grouped by node, in graph order."""
+
+    def c_region(acc: Access) -> Region | None:
+        if acc.whole:
+            return None
+        value = state.resolve(acc.value)
+        if info.relocated:  # only the clone itself has a place in the original's memory: its region
+            return ro if value is info.clone else None
+        return state.region(value)
+
+    steps: dict[torch.fx.Node, _Step] = {}
+    order: list[tuple[int, torch.fx.Node]] = []
+
+    def step(acc: Access) -> _Step:
+        s = steps.get(acc.node)
+        if s is None:
+            s = steps[acc.node] = _Step(acc.node)
+            order.append((acc.position, acc.node))
+        return s
+
+    for acc in info.c_reads + info.c_writes:
+        s = step(acc)
+        (s.c_writes if acc.kind == "write" else s.c_reads).append((c_region(acc), acc.value))
+    for acc in _after(info.ocls, info.position, state.removed):
+        if not state.touches(ro, acc):
+            continue
+        s = step(acc)
+        (s.o_writes if acc.kind == "write" else s.o_reads).append((state.access_region(acc), acc.value))
+    order.sort(key=lambda p: p[0])
+    return [steps[n] for _, n in order]
+
+
+def _covers(written: Region | None, dirty: Region | None, whole: Region) -> bool:
+    """Whether a full overwrite of ``written`` provably covers the ``dirty`` region."""
+    if written is None:
+        return False
+    return _same_region(written, whole) or _same_region(written, dirty)
+
+
+def _scan(
+    state: _State, info: _Clone, ro: Region, skip: frozenset[str], keep: Keep
+) -> Decision | list[torch.fx.Node]:
+    """C2'-C5': the refined conditions, in one pass over both sides' accesses (module docstring).
+
+    ``c_dirty``/``o_dirty`` hold the regions (in the original's coordinates;
+    None: anywhere) where the clone's (the original's) memory holds a value the
+    other side's memory does not: after the removal the one memory holds the
+    value last written through either side. Returns the keep decision of the
+    first failure, or the nodes that made the difference (dead readers, kills,
+    value-preserving copies, element-exact nodes) when every condition holds.
+    """
+    a = state.analysis
+    croot, oroot = state.find(next(iter(info.ccls.storages))), state.find(next(iter(info.ocls.storages)))
+    c_dirty: list[Region | None] = []
+    o_dirty: list[Region | None] = []
+    first_c_writer: torch.fx.Node | None = None
+    last_o_writer: torch.fx.Node | None = None
+    helped: list[torch.fx.Node] = []
+
+    def side(v: torch.fx.Node) -> str:
+        root = state.root_of(state.resolve(v))
+        return "c" if root == croot else "o" if root == oroot else ""
+
+    for st in _steps(state, info, ro):
+        n = st.node
+        copy = _copy_between(state, info, n, ro, side)
+        if copy == "self":
+            helped.append(n)
+            continue  # a copy of a region onto itself reads and writes nothing that changes
+        dest_only = write_only_args(n)
+        reads_c = [r for r, v in st.c_reads if v not in dest_only]
+        reads_o = [r for r, v in st.o_reads if v not in dest_only]
+        # C4': an op reading one side where it writes the other must be element-exact there.
+        if "C4" not in skip:
+            exact = is_elementwise(n)
+            for w, _ in st.c_writes:
+                for r in reads_o:
+                    if _overlaps(w, r):
+                        if not (exact and _same_region(w, r)):
+                            return keep(Reason.SAME_NODE_WRITES_CLONE_READS_ORIGINAL, n)
+                        helped.append(n)
+            for w, _ in st.o_writes:
+                for r in reads_c:
+                    if _overlaps(w, r):
+                        if not (exact and _same_region(w, r)):
+                            return keep(Reason.SAME_NODE_WRITES_ORIGINAL_READS_CLONE, n)
+                        helped.append(n)
+        # C2', C3': reads by nodes that matter see the value their side holds.
+        if n in state.dead:
+            if reads_c or reads_o:
+                helped.append(n)
+        else:
+            if "C2" not in skip:
+                for r in reads_c:
+                    if any(_overlaps(r, d) for d in o_dirty):
+                        return keep(Reason.ORIGINAL_WRITTEN, *([last_o_writer] if last_o_writer else []), n)
+            if "C3" not in skip:
+                for r in reads_o:
+                    if any(_overlaps(r, d) for d in c_dirty):
+                        return keep(Reason.CLONE_WRITTEN_ORIGINAL_READ, *([first_c_writer] if first_c_writer else []), n)
+        if copy is not None:  # copy_ between identical regions of c and o: both hold the copied value
+            region, dest_side = copy
+            if dest_side == "c":
+                o_dirty = [d for d in o_dirty if not _covers(region, d, ro)]
+            else:
+                c_dirty = [d for d in c_dirty if not _covers(region, d, ro)]
+            helped.append(n)
+            continue
+        for w, v in st.c_writes:
+            first_c_writer = first_c_writer or n
+            if writes_all_of(n, v) and w is not None:
+                kept = [d for d in o_dirty if not _covers(w, d, ro)]
+                if len(kept) < len(o_dirty):
+                    helped.append(n)
+                o_dirty = kept
+            c_dirty.append(w)
+        for w, v in st.o_writes:
+            last_o_writer = n
+            if writes_all_of(n, v) and w is not None:
+                kept = [d for d in c_dirty if not _covers(w, d, ro)]
+                if len(kept) < len(c_dirty):
+                    helped.append(n)
+                c_dirty = kept
+            o_dirty.append(w)
+    # C5': caller-visible memory ends holding its own side's value.
+    if "C5" not in skip:
+        if c_dirty and info.ocls.roles & CALLER_VISIBLE:
+            return keep(Reason.WRITES_CALLER_MEMORY, *([first_c_writer] if first_c_writer else []), info.original)
+        if o_dirty and info.ccls.roles & CALLER_VISIBLE:
+            return keep(Reason.WRITES_CALLER_MEMORY, *([last_o_writer] if last_o_writer else []), info.clone)
+    return list(dict.fromkeys(helped))
+
+
+def _copy_between(
+    state: _State, info: _Clone, node: torch.fx.Node, ro: Region, side: Callable[[torch.fx.Node], str]
+) -> str | tuple[Region, str] | None:
+    """``"self"`` for a ``copy_`` of a region onto itself (in one storage class, or between the
+    clone and the original's identical regions); ``(region, side of the destination)`` for a copy
+    between identical regions of the clone and the original; None otherwise."""
+    if not is_copy_candidate(node):
+        return None
+    a = state.analysis
+    d, s = state.resolve(node.args[0]), state.resolve(node.args[1])  # type: ignore[arg-type]
+    if not _same_elements(a.facts_of(d), a.facts_of(s)):
+        return None
+    sd, ss = side(d), side(s)
+    if not sd or not ss:
+        return None
+
+    def region(v: torch.fx.Node, v_side: str) -> Region | None:
+        if v_side == "c" and info.relocated:
+            return ro if v is info.clone else None
+        return state.region(v)
+
+    rd, rs = region(d, sd), region(s, ss)
+    if not _same_region(rd, rs) or rd is None:
+        return None
+    if sd == ss:
+        return "self"
+    return rd, sd
+
+
+def _find_copy_back(state: _State, info: _Clone, o_all: list[Access]) -> torch.fx.Node | None:
+    """C8a: the first write of the original's memory that copies from the clone's memory."""
+    croot = state.find(next(iter(info.ccls.storages)))
+    for acc in o_all:
+        n = acc.node
+        if acc.kind == "write" and is_copy_candidate(n) and acc.value is n.args[0]:
+            src = n.args[1]
+            if isinstance(src, torch.fx.Node) and state.root_of(src) == croot:
+                return n
+    return None
+
+
+def _decide_fold(state: _State, info: _Clone, blocked: Decision, keep: Keep) -> Decision:
+    """C8: fold ``c`` into ``o`` when the regions it writes allow, else keep (see the module docstring)."""
+    a = state.analysis
+    rc = state.region(info.clone)
+    if rc is None:
+        return blocked
+    o_all = list(_after(info.ocls, info.position, state.removed))
+    copy_back = _find_copy_back(state, info, o_all)
+
+    def failed(decision: Decision) -> Decision:
+        # With a copy-back the fold's reason says why it cannot absorb the clone;
+        # without one, the fold only refined C2-C5, whose reason stands.
+        return decision if copy_back is not None else blocked
+
+    # Known regions for every access of c (whole-storage accesses have none).
+    for acc in info.c_reads + info.c_writes:
+        if acc.whole:
+            return failed(keep(Reason.OPAQUE_USE, acc.node))
+    # C6 holds for a fold as for any removal.
+    aliasing = _check_c6(state, info, keep)
+    if aliasing is not None:
+        return failed(aliasing)
+    end: int | None = None
+    written: list[Region | None]
+    if copy_back is None:
+        # C8a without a copy-back the writes must land in memory the caller does not observe (C5).
+        if info.c_writes and info.ocls.roles & CALLER_VISIBLE:
+            return blocked
+        written = [state.access_region(w) for w in info.c_writes]
+    else:
+        d, s = copy_back.args[0], copy_back.args[1]
+        if not isinstance(d, torch.fx.Node) or not isinstance(s, torch.fx.Node):  # excluded by is_copy_candidate
+            return keep(Reason.COPY_BACK_REGION_DIFFERS, copy_back)
+        rd, rs = state.region(d), state.region(s)
+        same_class = state.root_of(d) == state.find(next(iter(info.ocls.storages)))
+        # C8a the copy-back copies an identical region with the same dtype.
+        if not (same_class and _same_region(rd, rs) and _same_elements(a.facts_of(d), a.facts_of(s))):
+            return keep(Reason.COPY_BACK_REGION_DIFFERS, copy_back)
+        end = a.position(copy_back)
+        # C8b every write of c happens before E, inside s.
+        for w in info.c_writes:
+            if w.position >= end:
+                return keep(Reason.CLONE_WRITTEN_AFTER_COPY_BACK, w.node, copy_back)
+            if not (_same_region(state.access_region(w), rs) or _same_region(rs, rc)):
+                return keep(Reason.CLONE_WRITTEN_OUTSIDE_COPY_BACK, w.node, copy_back)
+        written = [rd]
+    first_write = info.c_writes[0].position if info.c_writes else None
+    c_write_nodes = info.c_write_nodes
+    for acc in o_all:
+        r = state.access_region(acc)
+        if acc.kind == "write":
+            if acc.node is copy_back:
+                continue  # after the fold E reads and writes the same elements (C9)
+            # C8d no write of o's memory overlaps a read of c at or after it (C2 by regions).
+            for read in info.c_reads:
+                if read.position >= acc.position and _overlaps(r, state.access_region(read)):
+                    if read.node is acc.node:  # C4 by regions
+                        return failed(keep(Reason.SAME_NODE_WRITES_ORIGINAL_READS_CLONE, acc.node))
+                    return failed(keep(Reason.ORIGINAL_WRITTEN, acc.node, read.node))
+        elif (
+            first_write is not None
+            and acc.position >= first_write
+            and (end is None or acc.position < end)
+            and any(_overlaps(r, w) for w in written)
+        ):
+            # C8c no read of the written region from the first write of c on, up to E.
+            if acc.node in c_write_nodes:  # C4 by regions (pytorch/pytorch#198031)
+                return failed(keep(Reason.SAME_NODE_WRITES_CLONE_READS_ORIGINAL, acc.node))
+            return failed(keep(Reason.CLONE_WRITTEN_ORIGINAL_READ, info.c_writes[0].node, acc.node))
+    if copy_back is None:
+        return Decision(info.clone.name, "remove", Reason.REMOVABLE_BY_REGIONS, (), info.original.name)
+    return Decision(info.clone.name, "remove", Reason.FOLDED_INTO_COPY_BACK, (copy_back.name,), info.original.name)
+
+
+def _erasable(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
+    """C10: an ATen op (or a getitem) that is neither opaque nor random."""
+    if node.op not in ("call_function", "call_method") or analysis.is_unknown(node):
+        return False
+    if node.op == "call_function" and node.target is operator.getitem:
+        return True
+    op = op_of(node)
+    return op is not None and op.namespace == "aten" and torch.Tag.nondeterministic_seeded not in op.tags
+
+
+def _decide_erase(state: _State, clone: torch.fx.Node, original: str) -> Decision | None:
+    """C10: erase a clone nothing reads together with every node that uses it (None: it cannot go)."""
+    a = state.analysis
+    sc = _single_storage(a, clone)
+    if sc is None or a.facts_of(clone) is None:
+        return None
+    ccls = state.cls(sc)
+    if len(ccls.storages) != 1:
+        return None  # clones merged into it: their users are its users too
+    group: dict[torch.fx.Node, None] = {clone: None}
+    stack = [clone]
+    while stack:
+        for user in stack.pop().users:
+            if user in group:
+                continue
+            if user in state.removed or user.op == "output" or not _erasable(a, user):
+                return None
+            group[user] = None
+            stack.append(user)
+    names = {n.name for n in group}
+    # The group's memory: the clone's storage and every storage a node of the group makes.
+    internal = {sc} | {
+        sid
+        for n in group
+        for sid in a.storage_of(n)
+        if sid != UNKNOWN_STORAGE and a.storage_role(sid) is Role.INTERMEDIATE and a.storage_info(sid).origin in names
+    }
+    writers: list[torch.fx.Node] = []
+    for n in group:
+        effect = a.effect_of(n)
+        if n is clone or effect is None:
+            continue
+        for w in effect.writes:
+            for sid in a.storage_of(w):
+                if sid != sc and (
+                    sid == UNKNOWN_STORAGE
+                    or a.storage_role(sid) is not Role.INTERMEDIATE
+                    or a.storage_info(sid).origin not in names
+                ):
+                    return None  # it writes memory that outlives the group
+                internal.add(sid)
+        if effect.writes:
+            writers.append(n)
+    pos = a.position(clone)
+    for sid in internal:
+        for acc in _after(state.cls(sid), pos, state.removed):
+            if acc.node not in group:
+                return None  # another node touches the group's memory
+    erased = tuple(n.name for n in sorted(group, key=a.position) if n is not clone)
+    return Decision(clone.name, "remove", Reason.DEAD_CLONE_ERASED, erased, original, erased)
+
+
+
+
+
+def _decide_copy(state: _State, copy: torch.fx.Node) -> Decision:
+    """C9: remove ``copy_(d, s)`` when it provably writes a region with its own values."""
+    a = state.analysis
+    d, s = state.resolve(copy.args[0]), state.resolve(copy.args[1])  # type: ignore[arg-type]
+    verdict = Decision(copy.name, "remove", Reason.SELF_COPY, (), d.name)
+    if d is s:
+        return verdict
+    rd, rs = state.root_of(d), state.root_of(s)
+    if (
+        rd is not None
+        and rd == rs
+        and _same_region(state.region(d), state.region(s))
+        and _same_elements(a.facts_of(d), a.facts_of(s))
+    ):
+        return verdict
+    return Decision(copy.name, "keep", Reason.NOT_A_SELF_COPY, (s.name,), d.name)
+
+
+def _erased_decision(state: _State, node: torch.fx.Node) -> Decision:
+    """The decision for a candidate erased with a dead clone's group (C10)."""
+    reason = Reason.COPY_ERASED_WITH_DEAD_CLONE if is_copy_candidate(node) else Reason.ERASED_WITH_DEAD_CLONE
+    arg = node.args[0]
+    return Decision(node.name, "remove", reason, (state.erased[node].name,), arg.name if isinstance(arg, torch.fx.Node) else "")
 
 
 def plan_clone_elimination(
     analysis: AliasAnalysis,
-    candidates: Optional[Sequence[torch.fx.Node]] = None,
+    candidates: Sequence[torch.fx.Node] | None = None,
     *,
     skip: Iterable[str] = (),
+    erase_dead: bool = True,
 ) -> list[Decision]:
-    """Decide, for each clone candidate in graph order, whether it may be removed.
+    """Decide, for each copy candidate in graph order, whether it may be removed.
 
     Parameters
     ----------
     analysis : AliasAnalysis
         Analysis of the graph as it is now.
     candidates : sequence of fx.Node, optional
-        Clone nodes to decide on; by default every :func:`is_clone_candidate` node.
+        Clones (:func:`is_clone_candidate`, decided by C1-C8 and C10) and copies
+        (:func:`is_copy_candidate`, decided by C9) to decide on; by default
+        every clone candidate. A node that is neither is ignored.
     skip : iterable of str
         Conditions to *not* check ("C1".."C6"). Unsound: it exists to prove that
         the test tools catch a broken pass. Leave empty.
+    erase_dead : bool
+        Allow C10: a clone nothing reads goes with its writers and the dead
+        users of its values (the decision's ``erased``). False decides every
+        clone by replacement alone.
 
     Returns
     -------
     list of Decision
         One per candidate, in graph order; "remove" decisions are mutually
-        compatible (C7) and are applied by :func:`rewrite.apply.apply_decisions`.
+        compatible (C7) and are applied together by
+        :func:`rewrite.apply.apply_decisions` (a decision may rely on earlier
+        ones: a self-copy on the fold that made it one).
+
+    Raises
+    ------
+    aliasing.AliasingError
+        If ``skip`` names an unknown condition.
 
     Examples
     --------
@@ -247,48 +916,114 @@ def plan_clone_elimination(
     >>> gm = make_fx(lambda x: x.clone() * 2, tracing_mode="fake")(torch.randn(3))
     >>> [(d.node, d.action) for d in plan_clone_elimination(analyze(gm))]
     [('clone', 'remove')]
+
+    A clone written and copied back into a graph input is folded (C8), and its
+    copy-back, now a self-copy, goes too (C9):
+
+    >>> def f(x):
+    ...     c = x.clone()
+    ...     c.mul_(2)
+    ...     x.copy_(c)
+    ...     return x.sum()
+    >>> gm = make_fx(f, tracing_mode="fake")(torch.randn(3))
+    >>> copies = [n for n in gm.graph.nodes if is_clone_candidate(n) or is_copy_candidate(n)]
+    >>> [(d.node, d.action, str(d.reason)) for d in plan_clone_elimination(analyze(gm), copies)]
+    [('clone', 'remove', 'clone-folded-into-its-copy-back'), ('copy_', 'remove', 'copy-onto-itself')]
+
+    A clone only written goes with its writer (C10):
+
+    >>> def g(x):
+    ...     y = x * 2
+    ...     c = y.clone()
+    ...     c.add_(1)
+    ...     return y
+    >>> gm = make_fx(g, tracing_mode="fake")(torch.randn(3))
+    >>> [(d.node, str(d.reason), d.erased) for d in plan_clone_elimination(analyze(gm))]
+    [('clone', 'dead-clone-erased-with-its-writers', ('add_',))]
     """
     skip_set = frozenset(skip)
     unknown = skip_set - CONDITIONS
     if unknown:
-        from aliasing.errors import AliasingError
-
         raise AliasingError(f"unknown conditions to skip: {sorted(unknown)}")
     if candidates is None:
         candidates = [n for n in analysis.nodes if is_clone_candidate(n)]
-    state = _State(analysis)
-    order = sorted(candidates, key=analysis.position)
+    state = _State(analysis, erase_dead=erase_dead, dead=dead_readers(analysis))
+    order = sorted(
+        (n for n in candidates if is_clone_candidate(n) or is_copy_candidate(n)), key=analysis.position
+    )
     decisions: dict[torch.fx.Node, Decision] = {}
+    by_name: dict[str, torch.fx.Node] | None = None
     pending = order
     while pending:
-        # C7: each pass decides the clones still kept against the graph as the removals
-        # so far leave it. A removal can unblock a clone decided earlier (a later clone
+        # C7: each pass decides the copies still kept against the graph as the removals
+        # so far leave it. A removal can unblock a copy decided earlier (a later clone
         # was the read that kept it), so passes repeat until nothing changes: the plan
         # is a fixed point, and running the pass again removes nothing. A removal only
-        # changes the accesses of the storage class it merges into, so only kept clones
-        # whose own or original's class was touched are decided again.
+        # changes the accesses of the storage classes it merges into or leaves, so only
+        # kept copies whose classes were touched are decided again.
         touched: list[str] = []
-        for clone in pending:
-            d = _decide(state, clone, skip_set)
-            decisions[clone] = d
-            if d.action == "remove":
-                original = state.resolve(clone.args[0])  # type: ignore[arg-type]
-                sc, so = _single_storage(analysis, clone), _single_storage(analysis, original)
-                state.removed.add(clone)
-                state.replaced[clone] = original
+        for node in pending:
+            if node in state.erased:
+                decisions[node] = _erased_decision(state, node)
+                continue
+            if is_clone_candidate(node):
+                d = _decide_clone(state, node, skip_set)
+            else:
+                d = _decide_copy(state, node)
+            decisions[node] = d
+            if d.action != "remove":
+                continue
+            state.removed.add(node)
+            if d.reason is Reason.DEAD_CLONE_ERASED:
+                if by_name is None:
+                    by_name = {n.name: n for n in analysis.nodes}
+                group = [by_name[name] for name in d.erased]
+                for n in group:
+                    state.erased[n] = node
+                    state.removed.add(n)
+                touched.extend(_classes_read(state, group))
+                continue
+            replacement = state.resolve(node.args[0])  # type: ignore[arg-type]
+            state.replaced[node] = replacement
+            if is_clone_candidate(node):
+                sc, so = _single_storage(analysis, node), _single_storage(analysis, replacement)
                 if sc is not None and so is not None:
+                    if d.reason is Reason.LAYOUT_UNOBSERVED:
+                        state.relocated.add(sc)
                     state.merge(sc, so)
                     touched.append(so)
+            else:
+                touched.extend(_classes_of(state, node))
         dirty = {state.find(s) for s in touched}
-        pending = [c for c in pending if decisions[c].action == "keep" and _classes_of(state, c) & dirty]
+        pending = [
+            c
+            for c in pending
+            if c not in state.erased and decisions[c].action == "keep" and _classes_of(state, c) & dirty
+        ]
+    for node in state.erased:
+        if node in decisions:
+            decisions[node] = _erased_decision(state, node)
     return [decisions[c] for c in order]
 
 
-def _classes_of(state: _State, clone: torch.fx.Node) -> set[str]:
-    """Roots of the storage classes a clone's decision depends on (its own and its original's)."""
+def _classes_read(state: _State, nodes: Iterable[torch.fx.Node]) -> list[str]:
+    """Roots of the storage classes ``nodes`` read (a C10 group erased: those classes lose accesses)."""
+    roots: list[str] = []
+    for n in nodes:
+        effect = state.analysis.effect_of(n)
+        for v in effect.reads if effect is not None else ():
+            root = state.root_of(state.resolve(v))
+            if root is not None:
+                roots.append(root)
+    return roots
+
+
+def _classes_of(state: _State, node: torch.fx.Node) -> set[str]:
+    """Roots of the storage classes a decision depends on (a clone's and its original's, a copy's two sides)."""
     roots: set[str] = set()
-    for node in (clone, state.resolve(clone.args[0])):  # type: ignore[arg-type]
-        sid = _single_storage(state.analysis, node)
-        if sid is not None:
-            roots.add(state.find(sid))
+    for arg in (node, *node.args[:2]) if is_copy_candidate(node) else (node, node.args[0]):
+        if isinstance(arg, torch.fx.Node):
+            root = state.root_of(state.resolve(arg))
+            if root is not None:
+                roots.add(root)
     return roots

@@ -66,7 +66,7 @@ def test_storage_graph_schema() -> None:
         return k + 1
 
     gm = make_fx(f, tracing_mode="fake")(torch.randn(3, 4))
-    g = aliasing.analyze(gm).graph
+    g = aliasing.build_storage_graph(aliasing.analyze(gm))
     kinds = {attrs["kind"] for _, attrs in g.nodes(data=True)}
     assert kinds == {"value", "storage", "op"}
     assert g.has_edge("op:mul_", "value:getitem", key="writes")

@@ -23,8 +23,8 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, Stateles
 
 import aliasing
 from aliasing.errors import AliasingError
+from aliasing.oracle import AnalysisUnsound, Exactness, Observed
 from rewrite.testing import check_analysis, observe_memory
-from rewrite.testing.oracle import AnalysisUnsound, Exactness, Observed
 
 Inputs = Callable[[], list[torch.Tensor]]
 
@@ -132,7 +132,7 @@ def test_observed_out_keyword_and_input_storages() -> None:
 
 
 def test_observed_write_of_identical_bytes_is_invisible() -> None:
-    gm, seen = observe(lambda x: x.zero_(), lambda: [torch.zeros(3)])
+    _, seen = observe(lambda x: x.zero_(), lambda: [torch.zeros(3)])
     assert all(v.written_by == frozenset() for v in seen.values())
 
 
@@ -355,7 +355,22 @@ def test_disjoint_views_dynamic_first_dim(name: str) -> None:
     _assert_pieces_exact(gm, inputs)
 
 
-@pytest.mark.parametrize("name", ["qkv split", "qkv unbind"])
+def _qkv_split_symbolic_size(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return x.split(x.shape[-1] // 3, -1)
+
+
+def _qkv_chunk_rows(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    half = x.shape[0] // 2
+    return x[:half], x[half:]
+
+
+EXACT["qkv split, symbolic split size"] = (_qkv_split_symbolic_size, lambda: [torch.randn(5, 12)])
+EXACT["halves of a symbolic dim"] = (_qkv_chunk_rows, lambda: [torch.randn(6, 4)])
+
+
+@pytest.mark.parametrize(
+    "name", ["qkv split", "qkv unbind", "qkv split, symbolic split size", "halves of a symbolic dim", "interleaved"]
+)
 def test_disjoint_views_all_dims_symbolic(name: str) -> None:
     fn, inputs = EXACT[name]
     _assert_pieces_exact(trace(fn, inputs, mode="symbolic"), inputs)

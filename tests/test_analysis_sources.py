@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +23,9 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import aliasing
+import rewrite
 from aliasing import Role
-from rewrite.testing import check_analysis
+from rewrite.testing import check_analysis, check_equivalent, copy_program
 
 
 @torch.library.custom_op("fxaliasing_sources::scatter_two", mutates_args=("dst", "acc"))
@@ -218,9 +220,12 @@ def test_graph_without_metadata_is_conservative() -> None:
     lin, v, relu = returned(gm.graph)
     add_ = next(n for n in gm.graph.nodes if n.op == "call_method" and n.target == "add_")
     assert analysis.may_alias(x, v) and analysis.may_overlap(x, v)
-    assert analysis.may_alias(lin, x) and analysis.may_alias(relu, y)
+    assert analysis.may_alias(lin, x)  # call_module is opaque: its result may alias what it reaches
+    assert not analysis.may_alias(relu, y)  # torch.relu resolves to aten.relu: fresh memory
+    assert analysis.may_alias(x, y)  # inputs without metadata may share memory with each other...
+    assert not analysis.may_alias(relu, x)  # ...but not with memory the program allocates
     assert add_ in analysis.writers(x) and add_ in analysis.writers(v)
-    assert analysis.writers(y)  # every unknown op may write what it reaches
+    assert add_ in analysis.writers(y)  # y may be x's memory
     check_analysis(analysis, gm, [torch.randn(2, 4), torch.randn(2, 4)])
 
 
@@ -270,3 +275,26 @@ def test_queries_about_unknown_nodes_raise() -> None:
         analysis.storage_of(foreign)
     with pytest.raises(aliasing.InvalidTargetError):
         aliasing.analyze(42)  # type: ignore[arg-type]
+
+
+def test_loaded_exported_program_views_have_no_trusted_layout(tmp_path: Path) -> None:
+    # torch.export.load gives every view a fake storage of its own at offset 0: the
+    # analysis must not read `y[1:]` as starting at offset 0 of `y` (removing the
+    # clone would then move the output's storage offset).
+    class M(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            y = x * 2
+            q, k, _ = y.split(4, -1)
+            return y[1:].clone(), q * 2, k + 1
+
+    path = tmp_path / "m.pt2"
+    torch.export.save(torch.export.export(M(), (torch.randn(3, 12),)), path)
+    loaded = torch.export.load(path)
+    analysis = aliasing.analyze(loaded)
+    (slice_,) = [n for n in loaded.graph.nodes if n.target is torch.ops.aten.slice.Tensor]
+    assert analysis.region_of(slice_) is None and analysis.facts_of(slice_) is None
+    check_analysis(analysis, loaded.graph_module, [torch.randn(3, 12)])
+    original = copy_program(loaded)
+    report = rewrite.eliminate_clones(loaded)
+    assert report.kept == ("clone",)
+    check_equivalent(original, loaded, [torch.randn(3, 12)])

@@ -231,19 +231,25 @@ def test_returned_clone_of_value_returned_elsewhere() -> None:
 
 
 @pytest.mark.parametrize(
-    "make",
+    ("make", "expected"),
     [
-        lambda y: y[:, ::2].clone(),  # non-dense original: clone is contiguous
-        lambda y: y.t().clone(memory_format=torch.contiguous_format),
-        lambda y: y[1:].clone(),  # storage offset differs
+        # non-dense original: the clone is contiguous, and so is the product of either
+        (lambda y: y[:, ::2].clone(), ("remove", Reason.LAYOUT_UNOBSERVED)),
+        # the product of the transposed original would be transposed: the output shows it
+        (lambda y: y.t().clone(memory_format=torch.contiguous_format), ("keep", Reason.LAYOUT)),
+        # storage offset differs: the product is a fresh tensor either way
+        (lambda y: y[1:].clone(), ("remove", Reason.LAYOUT_UNOBSERVED)),
     ],
     ids=["non-dense", "memory-format", "offset"],
 )
-def test_layout_changing_clone(make: Callable[[torch.Tensor], torch.Tensor]) -> None:
+def test_layout_changing_clone(make: Callable[[torch.Tensor], torch.Tensor], expected: tuple[str, Reason]) -> None:
+    """C1 refined: a change of strides or offset goes when no consumer observes it (issue 13:
+    the non-dense and offset cases were kept for C1 before)."""
+
     def f(x: torch.Tensor) -> torch.Tensor:
         return make(x + 1) * 2
 
-    assert rewrite_and_check(f) == {"clone": ("keep", Reason.LAYOUT)}
+    assert rewrite_and_check(f) == {"clone": expected}
 
 
 @torch.library.custom_op("fxa_test::prefix_sum_into", mutates_args=("out",))
@@ -266,7 +272,17 @@ def test_same_node_writes_clone_reads_original() -> None:
         prefix_sum_into(c, y)
         return c
 
-    assert rewrite_and_check(f) == {"clone": ("keep", Reason.SAME_NODE_HAZARD)}
+    assert rewrite_and_check(f) == {"clone": ("keep", Reason.SAME_NODE_WRITES_CLONE_READS_ORIGINAL)}
+
+
+def test_same_node_writes_original_reads_clone() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x + 1
+        c = y.clone()
+        prefix_sum_into(y, c)
+        return y
+
+    assert rewrite_and_check(f) == {"clone": ("keep", Reason.SAME_NODE_WRITES_ORIGINAL_READS_CLONE)}
 
 
 def test_clone_with_two_direct_writers() -> None:
@@ -325,7 +341,7 @@ def test_exported_program_with_mutated_buffer() -> None:
     assert decisions["clone_2"] == ("keep", Reason.OUTPUT_ALIASING)  # a returned copy of a buffer
     check_equivalent(original, ep, inputs)
     module = ep.module()
-    out, count = module(*inputs())
+    _, count = module(*inputs())
     assert torch.equal(count, torch.ones(8))
 
 
@@ -408,7 +424,8 @@ def test_exported_program_returning_removed_clones_keeps_its_signature() -> None
 
 def test_removal_of_a_later_clone_unblocks_an_earlier_one() -> None:
     """Found by the soak campaign: the second clone of v0 was the read that kept the first;
-    once it goes (it is dead), the first may go too, in the same run (C7 fixed point)."""
+    once it goes (it is dead), the first may go too, in the same run (C7 fixed point).
+    Since issue 13 the first goes at once: the second clone is a dead reader (C3 refined)."""
 
     def f(x: torch.Tensor) -> tuple[torch.Tensor]:
         v0 = x + 1.0
@@ -420,4 +437,4 @@ def test_removal_of_a_later_clone_unblocks_an_earlier_one() -> None:
         return (v3,)
 
     decisions = rewrite_and_check(f, lambda: [torch.randn(1)])
-    assert decisions == {"clone": REMOVE, "clone_1": REMOVE, "clone_2": REMOVE}
+    assert decisions == {"clone": ("remove", Reason.REMOVABLE_BY_DATAFLOW), "clone_1": REMOVE, "clone_2": REMOVE}

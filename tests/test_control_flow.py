@@ -34,8 +34,9 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 import aliasing
-from aliasing.effects import DEFAULT_EFFECTS, Effect
-from aliasing.subgraphs import OpaqueSubgraph, summarize_subgraph, with_control_flow
+from aliasing import DEFAULT_EFFECTS, with_control_flow
+from aliasing.effects import Effect
+from aliasing.subgraphs import OpaqueSubgraph, summarize_subgraph
 from rewrite import eliminate_clones
 from rewrite.testing import check_analysis, check_equivalent, copy_program
 
@@ -190,7 +191,7 @@ def test_cond_with_sizes_lifted_into_operands() -> None:
     for gm, size in ((lifted, 4), (symbolic, 6)):
         operands = _node(gm, torch.ops.higher_order.cond).args[3]
         assert len(operands) > 2  # the sizes ride along
-        analysis = _check(gm, lambda: [torch.tensor(False), torch.randn(size), torch.randn(size)])
+        analysis = _check(gm, lambda size=size: [torch.tensor(False), torch.randn(size), torch.randn(size)])
         assert not analysis.is_unknown("cond"), analysis.effect_of("cond")
         assert _writer_names(analysis, "x_1") == []
     assert any(type(x) is int for x in _node(lifted, torch.ops.higher_order.cond).args[3])
@@ -546,15 +547,15 @@ def test_summary_of_a_subgraph() -> None:
 
     sub = _fake_trace(body, torch.randn(3), 2, torch.randn(3))
     with pytest.raises(OpaqueSubgraph, match="R5 b"):  # the int placeholder has no metadata
-        summarize_subgraph(sub)
-    summary = summarize_subgraph(sub, scalar_inputs=[1])
+        summarize_subgraph(sub, aliasing.analyze)
+    summary = summarize_subgraph(sub, aliasing.analyze, scalar_inputs=[1])
     assert summary.num_inputs == 3
     assert summary.writes == frozenset({0})
     assert summary.reads == frozenset({0, 2})
     assert summary.outputs == (frozenset({2}), frozenset(), frozenset())
     assert summary.exact_outputs[0]
     with pytest.raises(OpaqueSubgraph, match="R5 b"):
-        summarize_subgraph(torch.fx.symbolic_trace(lambda x: (x + 1,)))
+        summarize_subgraph(torch.fx.symbolic_trace(lambda x: (x + 1,)), aliasing.analyze)
 
 
 def test_nested_analyses_use_the_extended_table() -> None:
@@ -593,7 +594,7 @@ def test_clone_passed_to_a_read_only_cond_is_removed(source: str) -> None:
     report = eliminate_clones(rewritten, strict=True)
     assert report.removed == ("clone",), str(report)
     for pred in (True, False):
-        check_equivalent(program, rewritten, lambda: [torch.tensor(pred), torch.randn(4), torch.randn(4)])
+        check_equivalent(program, rewritten, lambda pred=pred: [torch.tensor(pred), torch.randn(4), torch.randn(4)])
 
 
 @pytest.mark.parametrize("source", ["make_fx", "export"])
@@ -606,4 +607,4 @@ def test_clone_passed_to_a_mutating_cond_is_kept(source: str) -> None:
     report = eliminate_clones(rewritten, strict=True)
     assert report.removed == () and report.kept == ("clone",), str(report)
     for pred in (True, False):
-        check_equivalent(program, rewritten, lambda: [torch.tensor(pred), torch.randn(4), torch.randn(4)])
+        check_equivalent(program, rewritten, lambda pred=pred: [torch.tensor(pred), torch.randn(4), torch.randn(4)])

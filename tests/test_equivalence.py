@@ -1,4 +1,4 @@
-"""Tests of rewrite.testing.equivalence: check_equivalent's four clauses and copy_program."""
+"""Tests of rewrite.testing.equivalence: check_equivalent's four clauses, its refusals (OracleError), copy_program."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import torch
 import torch.fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from aliasing.errors import AliasingError
 from rewrite.errors import NotEquivalent
-from rewrite.testing.equivalence import check_equivalent, copy_program
+from rewrite.testing.equivalence import OracleError, check_equivalent, copy_program
 
 aten = torch.ops.aten
 
@@ -183,15 +184,95 @@ def test_output_newly_aliasing_a_buffer_is_reported() -> None:
 # ---- clause 4: raises -----------------------------------------------------------
 
 
-def test_only_one_side_raising_is_reported() -> None:
+def test_only_the_rewritten_side_raising_is_reported() -> None:
     x = torch.randn(6)
     original = _trace(lambda x: x + 1, x)
     rewritten = torch.fx.symbolic_trace(lambda x: x.view(5, -1) + 1)  # 6 elements: raises
     with pytest.raises(NotEquivalent, match="only the rewritten program raised") as info:
         check_equivalent(original, rewritten, [x])
     assert info.value.clause == "raises"
-    assert _clause(rewritten, original, [x]) == "raises"
-    check_equivalent(rewritten, copy_program(rewritten), [x])  # both raise: equivalent
+
+
+# ---- the oracle refuses to judge what it cannot check ----------------------------
+
+
+def _refusal(original: Any, rewritten: Any, inputs: Any, **kwargs: Any) -> OracleError:
+    with pytest.raises(OracleError) as info:
+        check_equivalent(original, rewritten, inputs, **kwargs)
+    assert not isinstance(info.value, (NotEquivalent, AssertionError))
+    assert isinstance(info.value, AliasingError)
+    return info.value
+
+
+def test_original_raising_is_an_oracle_error_whether_or_not_the_rewrite_raises() -> None:
+    x = torch.randn(6)
+    raises = torch.fx.symbolic_trace(lambda x: x.view(5, -1) + 1)  # 6 elements: raises
+    fine = _trace(lambda x: x + 1, x)
+    err = _refusal(raises, fine, [x])  # only the original raises
+    assert err.reason == "original-raises" and isinstance(err.error, RuntimeError)
+    assert "RuntimeError" in str(err)
+    assert _refusal(raises, copy_program(raises), [x]).reason == "original-raises"  # both raise
+
+
+def test_wrong_number_of_inputs_is_not_judged_equivalent() -> None:
+    x = torch.randn(4)
+    plus_one = _trace(lambda x: x + 1, x)
+    times_two = _trace(lambda x: x * 2, x)  # a genuinely different program
+    for inputs in ([], [x, x], lambda: [x, x, x]):
+        err = _refusal(plus_one, times_two, inputs)
+        assert err.reason == "original-raises" and isinstance(err.error, TypeError)
+    assert _clause(plus_one, times_two, [x]) == "output"  # on the right inputs the difference shows
+
+
+def test_meta_device_inputs_compare_nothing() -> None:
+    meta = torch.empty(3, 4, device="meta")
+    plus_one = torch.fx.symbolic_trace(lambda x: x + 1)
+    plus_two = torch.fx.symbolic_trace(lambda x: x + 2)
+    err = _refusal(plus_one, plus_two, [meta])
+    assert err.reason == "nothing-compared"
+    assert _refusal(plus_one, plus_one, lambda: [meta]).reason == "nothing-compared"
+    writes = torch.fx.symbolic_trace(lambda x: x.add_(1))
+    assert _refusal(writes, plus_one, [meta]).reason == "nothing-compared"
+    # A difference that metadata alone shows is still a difference.
+    double = torch.fx.symbolic_trace(lambda x: (x + 1).double())
+    assert _clause(plus_one, double, [meta]) == "output"
+    # One real tensor is enough to compare: the real input could have been mutated.
+    two = torch.fx.symbolic_trace(lambda x, y: x + 1)
+    check_equivalent(two, copy_program(two), [meta, torch.randn(2)])
+
+
+def _write_and_return_nothing(x: torch.Tensor) -> None:
+    x.add_(1)
+
+
+def test_no_outputs_and_nothing_to_mutate_compare_nothing() -> None:
+    def constant() -> tuple[()]:
+        return ()
+
+    def three() -> int:
+        return 3
+
+    empty = torch.fx.symbolic_trace(constant)
+    assert _refusal(empty, copy_program(empty), []).reason == "nothing-compared"
+    assert _refusal(torch.fx.symbolic_trace(three), torch.fx.symbolic_trace(three), []).reason == "nothing-compared"
+    # A donated input is not compared either: nothing to judge.
+    returns_none = torch.fx.symbolic_trace(lambda x: None)
+    err = _refusal(returns_none, copy_program(returns_none), [torch.randn(3)], donated_inputs=(0,))
+    assert err.reason == "nothing-compared"
+    # A non-donated tensor input is compared even when nothing is returned.
+    check_equivalent(returns_none, copy_program(returns_none), [torch.randn(3)])
+    assert _clause(returns_none, torch.fx.symbolic_trace(_write_and_return_nothing), [torch.randn(3)]) == (
+        "input-mutation"
+    )
+
+
+def test_genuine_differences_are_still_not_equivalent() -> None:
+    x = torch.randn(4)
+    assert _clause(_trace(lambda x: x + 1, x), _trace(lambda x: x + 2, x), [x]) == "output"
+    assert _clause(_trace(lambda x: x + 1, x), _trace(lambda x: x.add_(1), x.clone()), [x]) in {
+        "input-mutation",
+        "new-aliasing",
+    }
 
 
 # ---- input copies keep layout and sharing ----------------------------------------

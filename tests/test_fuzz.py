@@ -29,11 +29,19 @@ import torch.fx
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import aliasing
 import rewrite
 from rewrite.errors import NotEquivalent, RewriteError
-from rewrite.testing import Program, check_analysis, check_pass, copy_program, programs
+from rewrite.testing import (
+    Program,
+    check_analysis,
+    check_equivalent,
+    check_pass,
+    copy_program,
+    programs,
+)
 from rewrite.testing.programs import CI_SETTINGS, SOAK_SETTINGS, register_profiles
 
 # Per-test settings only lift what a traced draw needs; example counts follow the profile.
@@ -222,6 +230,15 @@ CONSTRUCTS: dict[str, str] = {
     "no-op _to_copy": r"\.to\(torch\.float32, copy=True\)",
     "pointwise": r" = v\d+ \+ |torch\.sin\(|torch\.relu\(|\.neg\(\)",
     "chained in-place result": r"v\d+ = v\d+\.\w+_\(",
+    # ops with hidden effects (aliasing.hidden_effects.HIDDEN_EFFECTS), train mode and the eval-mode control
+    "batch_norm, train mode": r"functional\.batch_norm\([^\n]*training=True",
+    "batch_norm, eval mode": r"functional\.batch_norm\([^\n]*training=False",
+    "instance_norm, train mode": r"functional\.instance_norm\([^\n]*use_input_stats=True",
+    "instance_norm, eval mode": r"functional\.instance_norm\([^\n]*use_input_stats=False",
+    "native_batch_norm, train mode": r"aten\.native_batch_norm\([^\n]*, True, 0\.\d, 1e-05\)",
+    "native_batch_norm, eval mode": r"aten\.native_batch_norm\([^\n]*, False, 0\.\d, 1e-05\)",
+    "norm with weight and bias": r"functional\.\w+_norm\(v\d+, \w+, [\w.()]+, (v|x)\d+, (v|x)\d+,",
+    "_unsafe_view": r"aten\._unsafe_view\(",
 }
 
 
@@ -242,9 +259,32 @@ def _returns(program: Program) -> list[torch.fx.Node]:
 
 def _is_view(node: torch.fx.Node) -> bool:
     schema = getattr(node.target, "_schema", None)
-    if node.target is getattr(__import__("operator"), "getitem"):
+    if node.target is __import__("operator").getitem:
         return True
     return bool(schema and schema.returns and schema.returns[0].alias_info and not schema.returns[0].alias_info.is_write)
+
+
+def _train_norms(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """``native_batch_norm`` nodes in train mode: they write their running statistics (args 3 and 4)."""
+    return [
+        n
+        for n in gm.graph.nodes
+        if n.target is torch.ops.aten.native_batch_norm.default and n.args[5] is True
+    ]
+
+
+def _stat_clone_read_after_train_norm(gm: torch.fx.GraphModule) -> bool:
+    """Whether a clone or its original is a running statistic of a later train-mode norm, and is read after it."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for norm in _train_norms(gm):
+        stats = {a for a in norm.args[3:5] if isinstance(a, torch.fx.Node)}
+        for clone in gm.graph.nodes:
+            if order[clone] >= order[norm] or not rewrite.is_clone_candidate(clone):
+                continue
+            pair = {clone, clone.args[0]}
+            if pair & stats and any(order[u] > order[norm] for side in pair for u in side.users):
+                return True
+    return False
 
 
 def test_programs_have_aliasing_with_reasonable_frequency(sample: list[Program]) -> None:
@@ -264,6 +304,13 @@ def test_programs_have_aliasing_with_reasonable_frequency(sample: list[Program])
     assert view_outputs >= 0.05 * n, f"{view_outputs}/{n} programs returning a view"
     assert repeated >= 0.03 * n, f"{repeated}/{n} programs returning a value twice"
     assert dead >= 0.05 * n, f"{dead}/{n} programs with a dead clone"
+    # Hidden writes: train-mode norms whose running statistics meet clones, read after the norm.
+    norms = sum(bool(_train_norms(p.graph_module)) for p in sample)
+    instance = sum("instance_norm(" in p.function_source for p in sample)
+    stat_clones = sum(_stat_clone_read_after_train_norm(p.graph_module) for p in sample)
+    assert norms >= 0.05 * n, f"{norms}/{n} programs with a train-mode native_batch_norm"
+    assert instance >= 0.02 * n, f"{instance}/{n} programs with an instance_norm"
+    assert stat_clones >= 0.02 * n, f"{stat_clones}/{n} programs reading a statistic's clone pair after a norm"
 
 
 def test_options_bound_and_restrict_programs() -> None:
@@ -276,6 +323,8 @@ def test_options_bound_and_restrict_programs() -> None:
         (x,) = program.make_inputs()
         assert all(1 <= s <= 2 for s in x.shape)
     assert all(p.num_ops >= 2 for p in draw_many(programs(min_ops=2, max_ops=2), 20))
+    plain = draw_many(programs(allow_hidden_effects=False), 60)
+    assert not any(re.search(r"_norm\(|_unsafe_view\(", p.function_source) for p in plain)
 
 
 @pytest.mark.parametrize(
@@ -292,6 +341,7 @@ def test_options_bound_and_restrict_programs() -> None:
         {"alias_bias": "high"},
         {"allow_custom_ops": 1},
         {"allow_donation": None},
+        {"allow_hidden_effects": "yes"},
     ],
 )
 def test_invalid_arguments_raise_invalid_argument(kwargs: dict[str, object]) -> None:
@@ -367,6 +417,116 @@ def test_check_pass_strict_rejects_a_malformed_graph(sample: list[Program]) -> N
 
     with pytest.raises(RewriteError, match="lint"):
         check_pass(misorder, program)
+
+
+# --------------------------------------------------------------------------- #
+# Hidden effects: clones of running statistics around normalisation layers
+# --------------------------------------------------------------------------- #
+
+NormFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
+
+#: Norms with running statistics: in train mode each writes them in place, a write no schema declares.
+NORMS: dict[str, NormFn] = {
+    "batch_norm": lambda x, m, v, t: torch.nn.functional.batch_norm(x, m, v, training=t, momentum=0.1),
+    "instance_norm": lambda x, m, v, t: torch.nn.functional.instance_norm(x, m, v, use_input_stats=t, momentum=0.1),
+    "native_batch_norm": lambda x, m, v, t: torch.ops.aten.native_batch_norm(x, None, None, m, v, t, 0.1, 1e-5)[0],
+}
+
+
+def stat_clone_program(
+    norm: str, stat: str, source: str, norm_gets: str, training: bool
+) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """``c = s.clone()``; a norm gets ``s`` or ``c`` as running statistic ``stat``; the other side is read after.
+
+    ``source``: the statistics are the inputs, rows of the inputs, or intermediates.
+    """
+    index = 0 if stat == "running_mean" else 1
+
+    def program(x: torch.Tensor, m: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        stats = {"input": [m, v], "view": [m[0], v[0]], "intermediate": [m + 0.5, v * 2.0]}[source]
+        clone = stats[index].clone()
+        passed = list(stats)
+        if norm_gets == "clone":
+            passed[index], later = clone, stats[index]
+        else:
+            later = clone
+        y = NORMS[norm](x, passed[0], passed[1], training)
+        return y, later * 2
+
+    return program
+
+
+def stat_inputs(source: str, n: int, c: int, length: int) -> Callable[[], list[torch.Tensor]]:
+    def make() -> list[torch.Tensor]:
+        g = torch.Generator().manual_seed(n * 100 + c * 10 + length)
+        rows = (2, c) if source == "view" else (c,)
+        x = torch.randn(n, c, length, generator=g)
+        return [x, torch.randn(*rows, generator=g), torch.rand(*rows, generator=g) + 0.5]
+
+    return make
+
+
+def check_stat_clone(
+    norm: str, stat: str, source: str, norm_gets: str, training: bool, shape: tuple[int, int, int]
+) -> None:
+    """The clone is kept exactly in train mode (removed in eval mode), and the rewrite is equivalent."""
+    make_inputs = stat_inputs(source, *shape)
+    gm = make_fx(stat_clone_program(norm, stat, source, norm_gets, training), tracing_mode="fake")(*make_inputs())
+    (clone,) = [n.name for n in gm.graph.nodes if rewrite.is_clone_candidate(n)]
+    rewritten = copy_program(gm)
+    assert isinstance(rewritten, torch.fx.GraphModule)
+    report = rewrite.eliminate_clones(rewritten, strict=True)
+    check_equivalent(gm, rewritten, make_inputs)
+    dropped = copy_program(gm)
+    assert isinstance(dropped, torch.fx.GraphModule)
+    drop_every_clone(dropped)
+    if training:  # the hidden write makes the clone necessary: dropping it changes the program
+        assert report.kept == (clone,), f"{report}\n{gm.code}"
+        assert report.decision(clone).reason.condition, report
+        with pytest.raises(NotEquivalent):
+            check_equivalent(gm, dropped, make_inputs)
+    else:  # the eval-mode control: the statistics are only read, the clone is not needed
+        assert report.removed == (clone,), f"{report}\n{gm.code}"
+        check_equivalent(gm, dropped, make_inputs)
+
+
+def test_clone_of_running_mean_read_after_train_mode_batch_norm_is_kept() -> None:
+    def program(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        before = running_mean.clone()  # the statistics before the norm updates them in place
+        y = torch.nn.functional.batch_norm(x, running_mean, running_var, training=True, momentum=0.1)
+        return y, before * 2
+
+    make_inputs = stat_inputs("input", 4, 3, 2)
+    gm = make_fx(program, tracing_mode="fake")(*make_inputs())
+    rewritten = copy_program(gm)
+    assert isinstance(rewritten, torch.fx.GraphModule)
+    report = rewrite.eliminate_clones(rewritten, strict=True)
+    assert report.kept == ("clone",) and report.decision("clone").reason.condition == "C2", report
+    check_equivalent(gm, rewritten, make_inputs)
+    check_stat_clone("batch_norm", "running_mean", "input", "original", False, (4, 3, 2))  # eval: removed
+
+
+@settings(fuzz, max_examples=40)
+@given(
+    norm=st.sampled_from(sorted(NORMS)),
+    stat=st.sampled_from(["running_mean", "running_var"]),
+    source=st.sampled_from(["input", "view", "intermediate"]),
+    norm_gets=st.sampled_from(["original", "clone"]),
+    training=st.booleans(),
+    shape=st.tuples(st.integers(2, 4), st.integers(1, 5), st.integers(2, 3)),
+)
+def test_clone_of_running_statistic_is_kept_exactly_in_train_mode(
+    norm: str, stat: str, source: str, norm_gets: str, training: bool, shape: tuple[int, int, int]
+) -> None:
+    check_stat_clone(norm, stat, source, norm_gets, training, shape)
+
+
+@pytest.mark.parametrize("norm", sorted(NORMS))
+@pytest.mark.parametrize("norm_gets", ["original", "clone"])
+@pytest.mark.parametrize("source", ["input", "view", "intermediate"])
+def test_clone_of_running_statistic_named_cases(norm: str, norm_gets: str, source: str) -> None:
+    for training in (True, False):
+        check_stat_clone(norm, "running_var", source, norm_gets, training, (3, 2, 2))
 
 
 def test_profiles_register() -> None:

@@ -13,6 +13,7 @@ condition. Run with ``-s`` to see the counterexamples.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 import torch.fx
@@ -40,8 +41,12 @@ POWER = settings(
 
 PassFor = Callable[[Program], Callable[[torch.fx.GraphModule], object]]
 
+def _skipping_for(condition: str, program: Program) -> Callable[[torch.fx.GraphModule], object]:
+    return skipping(condition, donated_inputs=program.donated_inputs)
+
+
 VARIANTS: dict[str, PassFor] = {
-    **{c: (lambda c: lambda p: skipping(c, donated_inputs=p.donated_inputs))(c) for c in BROKEN_CONDITIONS},
+    **{c: partial(_skipping_for, c) for c in BROKEN_CONDITIONS},
     "output-only": lambda p: output_only_pass,
 }
 

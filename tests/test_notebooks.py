@@ -1,8 +1,14 @@
-"""Execute the notebooks under ``notebooks/`` headless and check what they print.
+"""The notebooks under ``notebooks/``: committed with their outputs, and re-executed here.
+
+The committed notebook carries its outputs, pictures included, so that a reader
+of the repository sees them without running anything; the test checks that they
+are there and hold no machine-local paths. Re-executing it headless checks that
+it still runs and still shows what it says.
 
 The kernel is this interpreter (``sys.executable``) through a kernelspec written
 to a temporary folder, so the notebooks see exactly the environment the tests
-run in, whatever kernels the machine has installed.
+run in, whatever kernels the machine has installed. To refresh the committed
+outputs after changing a notebook, run ``python tests/test_notebooks.py``.
 """
 
 from __future__ import annotations
@@ -59,27 +65,40 @@ def _text_outputs(nb: nbformat.NotebookNode) -> str:
     return "".join(parts)
 
 
-def _has_svg(nb: nbformat.NotebookNode) -> bool:
-    return any(
-        "image/svg+xml" in output.get("data", {})
-        for cell in nb.cells
-        if cell.cell_type == "code"
-        for output in cell.get("outputs", [])
-    )
+def _pictures(nb: nbformat.NotebookNode) -> list[int]:
+    """Indexes of the code cells whose outputs include a PNG picture."""
+    return [
+        i
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code" and any("image/png" in o.get("data", {}) for o in cell.get("outputs", []))
+    ]
+
+
+def _cell_of(nb: nbformat.NotebookNode, source: str) -> int:
+    return next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and source in c.source)
 
 
 def test_every_notebook_is_listed() -> None:
     assert sorted(p.name for p in NOTEBOOKS.glob("*.ipynb")) == ["storage_graphs.ipynb"]
 
 
-def test_notebooks_are_committed_without_outputs() -> None:
+def test_notebooks_are_committed_with_their_outputs() -> None:
     for path in NOTEBOOKS.glob("*.ipynb"):
         nb = nbformat.read(path, as_version=4)
         nbformat.validate(nb)
-        for cell in nb.cells:
-            if cell.cell_type == "code":
-                assert cell.outputs == [], f"{path.name}: clear outputs before committing"
-                assert cell.execution_count is None
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert all(c.outputs for c in code), f"{path.name}: execute it and commit it with its outputs"
+        assert all(o.get("output_type") != "error" for c in code for o in c.outputs)
+        assert not any(o.get("name") == "stderr" for c in code for o in c.outputs), f"{path.name}: warnings in outputs"
+        text = _text_outputs(nb)
+        for local in ("/tmp/", "/work/", "/home/", "/root/"):
+            assert local not in text, f"{path.name}: a machine-local path in the outputs"
+    nb = nbformat.read(NOTEBOOKS / "storage_graphs.ipynb", as_version=4)
+    # the timelines (demo, around a clone, the exported model) and the storage graphs
+    timelines = [_cell_of(nb, "aliasing.plot_timeline(analysis, decisions=report)"),
+                 _cell_of(nb, 'aliasing.plot_timeline(analysis, around="clone"'), _cell_of(nb, "tiny.timeline()")]
+    graphs = [_cell_of(nb, "show_dot(dot_source)"), _cell_of(nb, "show_dot(tiny.dot())")]
+    assert set(timelines + graphs) <= set(_pictures(nb))
 
 
 def test_storage_graphs_notebook_runs(tmp_path: Path) -> None:
@@ -94,8 +113,38 @@ def test_storage_graphs_notebook_runs(tmp_path: Path) -> None:
     # the decision table and the equivalence check ran
     assert "removed: ('clone_3', 'clone_4')" in text
     assert "equivalent: yes" in text
+    # the exported model: buffers, its decisions, the donated input, the saved and rewritten program
+    assert "b_k_cache: BUFFER target='k_cache'" in text
+    assert "clone_2  x         keep    C5 clone-written-original-is-caller-memory" in text
+    assert "3 removed, 0 kept" in text
+    assert "rewritten program equivalent: yes" in text
+    assert "34 nodes drawn as 34 boxes" in text
+    pictures = set(_pictures(nb))
+    for source in ("aliasing.plot_timeline(analysis, decisions=report)", "tiny.timeline()"):
+        assert _cell_of(nb, source) in pictures, f"no timeline from {source}"
     if shutil.which("dot"):
-        assert _has_svg(nb), "dot is installed but the storage graph was not rendered"
+        assert _cell_of(nb, "show_dot(dot_source)") in pictures, "dot is installed but the graph was not rendered"
     else:
         assert "Graphviz 'dot' not found" in text
         assert "digraph" in text
+
+
+def _refresh(path: Path) -> None:
+    """Execute ``path`` and write it back with its outputs (stderr dropped)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        metadata = dict(nbformat.read(path, as_version=4).metadata)
+        nb = _execute(path, Path(folder))
+    nb.metadata = metadata
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs if o.get("name") != "stderr"]
+    nbformat.validate(nb)
+    nbformat.write(nb, path)
+
+
+if __name__ == "__main__":
+    for notebook in sorted(NOTEBOOKS.glob("*.ipynb")):
+        _refresh(notebook)
+        print(f"refreshed {notebook.name}")

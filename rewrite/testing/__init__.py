@@ -1,17 +1,21 @@
 """Testing tools for fx-aliasing users: real-execution oracles and property-based fuzzing.
 
 - :func:`check_equivalent` runs an original and a rewritten program on the same
-  real inputs and raises :class:`NotEquivalent` naming the soundness clause that failed.
+  real inputs and raises :class:`NotEquivalent` naming the soundness clause that failed,
+  or :class:`OracleError` when it cannot judge (the original raises, nothing to compare).
 - :func:`check_analysis` runs a graph on real tensors and checks that an
   :class:`aliasing.AliasAnalysis` never says "no alias", "no overlap" or
   "no writer" where real memory says otherwise.
 - :func:`programs` is a Hypothesis strategy of random aliasing-heavy programs;
   :func:`check_pass` fuzzes any FX pass against :func:`check_equivalent`.
+- :func:`greedy_removable` is a dynamic oracle of what can soundly go, and
+  :func:`measure_precision` reports how much of it any pass removes.
 """
 
+from aliasing.oracle import AnalysisUnsound, Exactness, Observed, check_analysis, observe_memory
 from rewrite.errors import NotEquivalent
-from rewrite.testing.equivalence import check_equivalent, copy_program
-from rewrite.testing.oracle import AnalysisUnsound, Exactness, Observed, check_analysis, observe_memory
+from rewrite.testing.equivalence import OracleError, check_equivalent, copy_program
+from rewrite.testing.precision import PrecisionReport, greedy_removable, measure_precision, sample_programs
 from rewrite.testing.programs import Program, check_pass, programs
 
 __all__ = [
@@ -19,11 +23,16 @@ __all__ = [
     "Exactness",
     "NotEquivalent",
     "Observed",
+    "OracleError",
+    "PrecisionReport",
     "Program",
     "check_analysis",
     "check_equivalent",
     "check_pass",
     "copy_program",
+    "greedy_removable",
+    "measure_precision",
     "observe_memory",
     "programs",
+    "sample_programs",
 ]

@@ -1,7 +1,7 @@
 """Check that a rewritten program is equivalent to the original, by real execution.
 
 :func:`check_equivalent` runs an original and a rewritten program on fresh copies of
-the same real inputs and checks the four soundness clauses of DESIGN.md.  The first
+the same real inputs and checks the four soundness clauses of docs/DESIGN.md.  The first
 clause that fails raises :class:`rewrite.errors.NotEquivalent`, whose ``clause`` is:
 
 1. ``"output"``: every output of the rewritten program equals the original's output
@@ -16,8 +16,20 @@ clause that fails raises :class:`rewrite.errors.NotEquivalent`, whose ``clause``
    original's outputs did not share at the same positions: output with a
    non-donated input, output with a parameter, buffer or constant, output with
    another output.  An output may take over a donated input's storage.
-4. ``"raises"``: exactly one of the two programs raised.  When both raise they are
-   equivalent (the rewrite kept the failure).
+4. ``"raises"``: the rewritten program raised where the original did not.
+
+The oracle refuses to judge, with :class:`OracleError` (not a
+:class:`~rewrite.errors.NotEquivalent`, and never a silent pass), when a check
+would be vacuous: ``reason`` is
+
+- ``"original-raises"``: the original program raised on the inputs (wrong number
+  of inputs, shapes it rejects...), whether or not the rewritten one raised too.
+  A rewrite is only judged on inputs the original accepts (docs/DESIGN.md: "for every
+  input satisfying G's assumptions").
+- ``"nothing-compared"``: every clause passed, but no tensor with data took part:
+  the original returned no tensor on a real device, and no non-donated tensor
+  input or module state lives on one (for example, every tensor is on the
+  ``meta`` device, or the program returns no tensor and has nothing to mutate).
 
 Inputs are copied so that each input keeps its sizes, strides and storage offset,
 and inputs (and module state) that share a storage share one fresh storage in the
@@ -34,7 +46,7 @@ import copy
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Union
+from typing import Any
 
 import torch
 import torch.fx
@@ -42,12 +54,38 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
-from aliasing.errors import InvalidTargetError
+from aliasing.errors import AliasingError, InvalidTargetError
 from rewrite.errors import NotEquivalent
 
-__all__ = ["check_equivalent", "copy_program"]
+__all__ = ["OracleError", "check_equivalent", "copy_program"]
 
-ProgramLike = Union[torch.fx.GraphModule, ExportedProgram]
+ProgramLike = torch.fx.GraphModule | ExportedProgram
+
+
+class OracleError(AliasingError):
+    """:func:`check_equivalent` cannot judge the rewrite: passing would check nothing.
+
+    Not a :class:`~rewrite.errors.NotEquivalent` (nor an ``AssertionError``): no
+    difference was found, the check itself could not be made.  ``reason`` is
+    ``"original-raises"`` (the original program raised on the given inputs;
+    ``error`` is what it raised) or ``"nothing-compared"`` (no tensor with data
+    took part in the comparison).
+
+    Examples
+    --------
+    >>> import torch
+    >>> gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    >>> try:
+    ...     check_equivalent(gm, gm, [])  # the original rejects zero inputs
+    ... except OracleError as err:
+    ...     print(err.reason)
+    original-raises
+    """
+
+    def __init__(self, reason: str, message: str, error: BaseException | None = None) -> None:
+        self.reason = reason
+        self.error = error
+        super().__init__(f"[{reason}] {message}")
 _StateSlot = tuple[torch.nn.Module, str, str]  # (owner module, "param"|"buffer"|"attr", name)
 _StorageKey = tuple[str, int]
 
@@ -74,7 +112,7 @@ def copy_program(program: ProgramLike) -> ProgramLike:
     (3, 2)
     """
     if isinstance(program, ExportedProgram):
-        gm = copy_program(program.graph_module)
+        gm = _copy_graph_module(program.graph_module)
         return ExportedProgram(
             root=gm,
             graph=gm.graph,
@@ -88,6 +126,10 @@ def copy_program(program: ProgramLike) -> ProgramLike:
         )
     if not isinstance(program, torch.fx.GraphModule):
         raise InvalidTargetError(f"copy_program expects a GraphModule or ExportedProgram, not {type(program)}")
+    return _copy_graph_module(program)
+
+
+def _copy_graph_module(program: torch.fx.GraphModule) -> torch.fx.GraphModule:
     graph = copy.deepcopy(program.graph)  # Graph.__deepcopy__ copies node meta shallowly
     new = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph(), class_name=type(program).__name__)
     targets = {str(n.target) for n in program.graph.nodes if n.op in ("get_attr", "call_module")}
@@ -156,6 +198,10 @@ def check_equivalent(
     NotEquivalent
         With ``clause`` one of ``"output"``, ``"input-mutation"``,
         ``"new-aliasing"``, ``"raises"`` (see the module docstring).
+    OracleError
+        When the check cannot be made: the original program raises on the inputs
+        (``reason="original-raises"``, also when both raise), or no tensor with
+        data could be compared (``reason="nothing-compared"``).
 
     Examples
     --------
@@ -171,12 +217,18 @@ def check_equivalent(
     raw = example_inputs() if callable(example_inputs) else example_inputs
     donated = _donated_leaves(original, frozenset(donated_inputs))
     run_a = _Run(original, raw)
-    run_b = _Run(rewritten, raw)
-    if (run_a.error is None) != (run_b.error is None):
-        which, err = ("original", run_a.error) if run_a.error is not None else ("rewritten", run_b.error)
-        raise NotEquivalent("raises", f"only the {which} program raised {type(err).__name__}: {err}")
     if run_a.error is not None:
-        return
+        err = run_a.error
+        raise OracleError(
+            "original-raises",
+            f"the original program raised {type(err).__name__} on these inputs, so no rewrite can be judged "
+            f"on them: {err}",
+            err,
+        ) from err
+    run_b = _Run(rewritten, raw)
+    if run_b.error is not None:
+        err = run_b.error
+        raise NotEquivalent("raises", f"only the rewritten program raised {type(err).__name__}: {err}")
     if run_a.out_spec != run_b.out_spec:
         raise NotEquivalent("output", f"output structure differs: {run_a.out_spec} vs {run_b.out_spec}")
     for i, (a, b) in enumerate(zip(run_a.outputs, run_b.outputs)):
@@ -200,6 +252,12 @@ def check_equivalent(
             "new-aliasing",
             f"output {out} shares storage with {other} in the rewritten program, not in the original",
         )
+    if not run_a.compared_data(donated):
+        raise OracleError(
+            "nothing-compared",
+            "no tensor with data was compared: the original returns no tensor off the meta device and has no "
+            "non-donated tensor input or module state off it that a run could mutate",
+        )
 
 
 class _Run:
@@ -221,10 +279,16 @@ class _Run:
                 with torch.no_grad():
                     result = module(*pytree.tree_unflatten(self.inputs, in_spec))
                 self.outputs, self.out_spec = pytree.tree_flatten(result)
-            except Exception as err:  # clause 4 compares whether each side raised
+            except Exception as err:  # clause 4, and the oracle's refusal when the original raises
                 self.error = err
         self.state: dict[str, torch.Tensor] = final
         self.initial: dict[str, torch.Tensor] = originals
+
+    def compared_data(self, donated: frozenset[int]) -> bool:
+        """Whether an output, a non-donated input or module state is a tensor with data (not on ``meta``)."""
+        inputs = [x for i, x in enumerate(self.inputs) if i not in donated]
+        tensors = [x for x in [*self.outputs, *inputs, *self.state.values()] if isinstance(x, torch.Tensor)]
+        return any(not x.is_meta for x in tensors)
 
     def sharing(self, donated: frozenset[int]) -> set[tuple[int, str]]:
         """Pairs (output position, what it shares a storage with): earlier outputs, inputs, state."""
@@ -263,10 +327,14 @@ def _state_slots(module: torch.nn.Module) -> dict[str, _StateSlot]:
     return slots
 
 
+def _slot_table(owner: torch.nn.Module, kind: str) -> dict[str, Any]:
+    tables: dict[str, dict[str, Any]] = {"param": owner._parameters, "buffer": owner._buffers, "attr": owner.__dict__}
+    return tables[kind]
+
+
 def _read_slot(slot: _StateSlot) -> torch.Tensor:
     owner, kind, name = slot
-    table = {"param": owner._parameters, "buffer": owner._buffers, "attr": owner.__dict__}[kind]
-    value = table[name]
+    value = _slot_table(owner, kind)[name]
     if not isinstance(value, torch.Tensor):
         raise InvalidTargetError(f"module state {name!r} is no longer a tensor after the run")
     return value
@@ -274,7 +342,7 @@ def _read_slot(slot: _StateSlot) -> torch.Tensor:
 
 def _write_slot(slot: _StateSlot, value: torch.Tensor) -> None:
     owner, kind, name = slot
-    {"param": owner._parameters, "buffer": owner._buffers, "attr": owner.__dict__}[kind][name] = value
+    _slot_table(owner, kind)[name] = value
 
 
 @contextmanager
@@ -310,7 +378,7 @@ def _clone_one(t: torch.Tensor, storages: dict[_StorageKey, torch.UntypedStorage
         copy_ = t.detach().clone()
     else:
         if key not in storages:
-            storages[key] = t.untyped_storage().clone()
+            storages[key] = t.untyped_storage().clone()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         copy_ = torch.empty(0, dtype=t.dtype, device=t.device)
         copy_.set_(storages[key], t.storage_offset(), t.size(), t.stride())
         copy_ = copy_.conj() if t.is_conj() else copy_

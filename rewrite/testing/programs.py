@@ -7,10 +7,16 @@ alias analyses and clone elimination get wrong: views of every kind
 ``unsqueeze``, ``diagonal``, ``as_strided``), in-place ops (``add_``,
 ``mul_``, ``copy_``, ``zero_``, ``index_put_``, ``masked_fill_``, ``out=`` by
 keyword), custom ops with alias annotations (one writes two arguments, one
-returns a view), ``clone`` with and without ``memory_format`` and no-op
-``_to_copy``, pointwise ops that make fresh values, contiguous and
-non-contiguous inputs, donated inputs, outputs that are views, repeated
-outputs and dead values.
+returns a view), ops with effects their schemas do not declare (the
+entries of :data:`aliasing.hidden_effects.HIDDEN_EFFECTS` that ``make_fx``
+traces: normalisation layers with running statistics, ``batch_norm`` and
+``instance_norm`` in train mode, which update the statistics in place, and
+in eval mode as a control; ``_unsafe_view``), ``clone`` with and without
+``memory_format`` and no-op ``_to_copy``, pointwise ops that make fresh
+values, contiguous and non-contiguous inputs, donated inputs, outputs that
+are views, repeated outputs and dead values. Running statistics are program
+values (inputs, views of them, clones, intermediates), and are often cloned
+before the norm and the clone or its original read after it.
 
 Each program is Python source first: the function is compiled from the same
 text that :meth:`Program.source` returns, so a failing example pastes into a
@@ -27,6 +33,7 @@ four soundness clauses with :func:`rewrite.testing.check_equivalent`.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import itertools
 import math
@@ -34,7 +41,7 @@ import re
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import hypothesis.strategies as st
 import torch
@@ -43,19 +50,22 @@ from hypothesis import HealthCheck, settings
 from hypothesis.errors import InvalidArgument
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from aliasing.hidden_effects import HIDDEN_EFFECTS
 from rewrite.errors import NotEquivalent, RewriteError
-from rewrite.testing.equivalence import check_equivalent, copy_program
+from rewrite.testing.equivalence import OracleError, check_equivalent, copy_program
 
 __all__ = [
     "CI_SETTINGS",
     "CUSTOM_OPS_SOURCE",
     "FUZZ_NAMESPACE",
-    "Program",
     "SOAK_SETTINGS",
+    "Program",
     "check_pass",
     "programs",
     "register_profiles",
 ]
+
+_T = TypeVar("_T")
 
 #: Library namespace of the fuzzer's custom ops.
 FUZZ_NAMESPACE = "fxa_fuzz"
@@ -326,7 +336,8 @@ def _broadcasts_to(src: Sequence[int], dst: Sequence[int]) -> bool:
 
 def _broadcast(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
     try:
-        return tuple(torch.broadcast_shapes(tuple(a), tuple(b)))
+        shape: torch.Size = torch.broadcast_shapes(tuple(a), tuple(b))  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+        return tuple(shape)
     except RuntimeError:
         return None
 
@@ -348,7 +359,7 @@ class _Value:
         return len(self.elements) == self.tensor.numel()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _integers(lo: int, hi: int) -> st.SearchStrategy[int]:
     """``st.integers(lo, hi)``, built once (drawing is the hot path of the generator)."""
     return st.integers(lo, hi)
@@ -366,7 +377,62 @@ _KINDS: tuple[tuple[str, int], ...] = (
     ("pointwise", 3),
     ("out", 2),
     ("custom", 1),
+    ("norm", 3),
 )
+
+
+@dataclass(frozen=True)
+class _NormCall:
+    """A normalisation call with running statistics, whose traced graph has a hidden write.
+
+    ``effect`` is the :data:`~aliasing.hidden_effects.HIDDEN_EFFECTS` entry
+    whose effect the call has (``F.batch_norm`` traces to
+    ``aten.native_batch_norm``; ``F.instance_norm`` to its decomposition,
+    ``native_batch_norm`` on repeated statistics and a ``copy_`` back).
+    ``template`` has the fields ``x``, ``rm``, ``rv``, ``w``, ``b``, ``t`` (the
+    literal ``training``/``use_input_stats`` flag: ``False`` is the control,
+    no hidden write) and ``m`` (momentum). ``instance``: statistics per sample
+    and channel, so the input needs a spatial dimension.
+    """
+
+    effect: str
+    template: str
+    instance: bool = False
+
+
+#: The norm calls drawn (the functional forms twice, as weights), each kept only while
+#: its table entry says it writes running statistics.
+_NORM_CALLS: tuple[_NormCall, ...] = tuple(
+    call
+    for call in (
+        _NormCall(
+            "aten::native_batch_norm",
+            "torch.nn.functional.batch_norm({x}, {rm}, {rv}, {w}, {b}, training={t}, momentum={m})",
+        ),
+        _NormCall(
+            "aten::native_batch_norm",
+            "torch.nn.functional.batch_norm({x}, {rm}, {rv}, {w}, {b}, training={t}, momentum={m})",
+        ),
+        _NormCall(
+            "aten::native_batch_norm",
+            "torch.ops.aten.native_batch_norm({x}, {w}, {b}, {rm}, {rv}, {t}, {m}, 1e-05)[0]",
+        ),
+        _NormCall(
+            "aten::instance_norm",
+            "torch.nn.functional.instance_norm({x}, {rm}, {rv}, {w}, {b}, use_input_stats={t}, momentum={m})",
+            instance=True,
+        ),
+        _NormCall(
+            "aten::instance_norm",
+            "torch.nn.functional.instance_norm({x}, {rm}, {rv}, {w}, {b}, use_input_stats={t}, momentum={m})",
+            instance=True,
+        ),
+    )
+    if call.effect in HIDDEN_EFFECTS and "running_mean" in HIDDEN_EFFECTS[call.effect].writes
+)
+
+#: ``_unsafe_view`` returns a view its schema calls a fresh tensor (drawn among the views).
+_DRAW_UNSAFE_VIEW = HIDDEN_EFFECTS.get("aten::_unsafe_view") is not None
 
 _MAX_RANK = 4
 
@@ -384,11 +450,14 @@ class _Builder:
         kinds: Sequence[tuple[str, int]],
         max_size: int,
         max_lines: int,
+        allow_hidden_effects: bool = True,
     ) -> None:
         self.max_lines = max_lines
         self.draw = draw
-        self.kinds = tuple(kinds)
+        self.kinds = tuple(kinds) if _NORM_CALLS else tuple(k for k in kinds if k[0] != "norm")
         self.allow_custom_ops = any(kind == "custom" for kind, _ in kinds)
+        self.allow_hidden_effects = allow_hidden_effects
+        self.norm_calls = _NORM_CALLS
         self.alias_bias = alias_bias
         self.max_size = max_size
         self.inputs_source = inputs_source
@@ -445,7 +514,7 @@ class _Builder:
     def _int(self, lo: int, hi: int) -> int:
         return self.draw(_integers(lo, hi))
 
-    def _choice(self, options: Sequence[Any]) -> Any:
+    def _choice(self, options: Sequence[_T]) -> _T:
         return options[self._int(0, len(options) - 1)]
 
     def _biased(self) -> bool:
@@ -513,14 +582,14 @@ class _Builder:
         self.draw = draw
         total = sum(w for _, w in self.kinds)
         roll = self._int(0, total - 1)
+        chosen = self.kinds[-1][0]
         for kind, weight in self.kinds:
             if roll < weight:
+                chosen = kind
                 break
             roll -= weight
-        try:
-            getattr(self, f"_draw_{kind}")()
-        except _Rejected:
-            pass
+        with contextlib.suppress(_Rejected):  # a statement the state cannot take: draw nothing
+            getattr(self, f"_draw_{chosen}")()
 
     def _emit(self, expr: str, kind: str, *, bind: bool = True, original: str = "") -> None:
         """Execute ``expr`` on the real state, then record it (binding its tensors to new names).
@@ -596,7 +665,7 @@ class _Builder:
         clone, original = self.clones[-1]
         sides = [by_name[clone].storage, by_name[original].storage]
         enabled = {k for k, _ in self.kinds}
-        writers = [kind for kind in ("inplace", "inplace", "out", "custom") if kind in enabled]
+        writers = [kind for kind in ("inplace", "inplace", "out", "custom", "norm") if kind in enabled]
         parts: list[tuple[int, Callable[[], None]]] = []
         side = sides[self._int(0, 1)]
         if self._int(0, 2) == 2:  # write through a view
@@ -653,6 +722,8 @@ class _Builder:
             ]
             if self.allow_custom_ops:
                 options.append(self._view_custom)
+            if self.allow_hidden_effects and _DRAW_UNSAFE_VIEW:
+                options.append(self._view_unsafe_view)
         if rank >= 2:
             options += [self._view_transpose, self._view_diagonal]
         if rank <= 2:
@@ -755,11 +826,16 @@ class _Builder:
         self.uses_custom_ops = True
         return f"torch.ops.fxa_fuzz.first_half({x.name})"
 
+    def _view_unsafe_view(self, x: _Value) -> str:
+        shape = self._new_shape(x)
+        return f"torch.ops.aten._unsafe_view({x.name}, {'(-1,)' if shape == '-1' else shape})"
+
     def _view_as_strided(self, x: _Value) -> str:
         t = x.tensor
         if self._int(0, 3) == 0 and t.dim() == 1 and t.shape[0] >= 2:  # overlapping sliding windows
             k = self._int(1, t.shape[0] - 1)
-            size = (t.shape[0] - k + 1, k)
+            size: tuple[int, ...] = (t.shape[0] - k + 1, k)
+            stride: tuple[int, ...]
             stride = (t.stride(0), t.stride(0))
             offset = t.storage_offset()
         else:  # a box inside x, dimensions in any order
@@ -835,6 +911,159 @@ class _Builder:
         self.uses_custom_ops = True
         self._emit(f"torch.ops.fxa_fuzz.mutate_two({a.name}, {b.name}, {self._choice([2.0, -1.0])})", "inplace", bind=False)
 
+    # -- normalisation with running statistics (hidden writes) ------------ #
+
+    @staticmethod
+    def _disjoint(v: _Value, others: Sequence[_Value]) -> bool:
+        return all(o.storage != v.storage or not (o.elements & v.elements) for o in others)
+
+    def _aimed(self, candidates: Sequence[_Value]) -> bool:
+        """Whether ``candidates`` satisfy the current aim (no aim, or one of them lives there)."""
+        return self._aim is None or any(v.storage == self._aim for v in candidates)
+
+    def _draw_norm(self) -> None:
+        """``batch_norm`` / ``instance_norm`` with running statistics that are program values.
+
+        In train mode (three times in four) the norm writes its running
+        statistics in place, a write its schema does not declare; in eval mode
+        it only reads them. Unless a hazard aims this statement at a clone
+        pair, two times in three one statistic is cloned just before the norm,
+        the norm gets the clone or the original, and one side is read after it.
+        """
+        call: _NormCall = self._choice(self.norm_calls)
+        training = self._int(0, 3) != 0
+        hazard = self._aim is None and self._int(0, 2) != 0
+        rm = self._norm_stat(None, training, avoid=())
+        try:
+            rv = self._norm_stat(rm.shape[0], training, avoid=(rm,))
+        except _Rejected:  # no vector fits: a clone of the running mean (both are then written)
+            self._draw_clone(rm)
+            rv = self.values[-1]
+        stats = [rm, rv]
+        written: _Value | None = None  # the side of the clone pair the norm gets
+        other: _Value | None = None  # the side it does not get
+        if hazard:
+            which = self._int(0, 1)
+            self._draw_clone(stats[which])
+            clone = self.values[-1]
+            written, other = (clone, stats[which]) if self._int(0, 1) else (stats[which], clone)
+            stats[which] = written
+        channels = rm.shape[0]
+        x = self._norm_input(call, channels, training, avoid=stats)
+        weight = self._norm_affine(channels, training, avoid=stats)
+        bias = self._norm_affine(channels, training, avoid=stats)
+        var = stats[1].name
+        if not training and bool((stats[1].tensor < 0).any()):  # eval mode divides by sqrt(running_var)
+            var = f"{var}.abs()"  # keep NaN out of the outputs: it would hide differences
+        expr = call.template.format(
+            x=x.name,
+            rm=stats[0].name,
+            rv=var,
+            w=weight,
+            b=bias,
+            t=training,
+            m=self._choice(["0.1", "0.5"]),
+        )
+        self._emit(expr, "fresh")
+        if written is not None and other is not None and self._int(0, 3) != 0:
+            # Read a side after the norm: mostly the one it did not get (the clone while
+            # the original was written, or the original while the clone was written).
+            self._aim = (other if self._int(0, 3) != 0 else written).storage
+            try:
+                self._draw_pointwise()
+            finally:
+                self._aim = None
+
+    def _norm_stat(self, length: int | None, training: bool, avoid: Sequence[_Value]) -> _Value:
+        """A vector for a running statistic: an existing one, or a new 1-D view of a value.
+
+        In train mode it is written, so it must have no internal overlap and be
+        disjoint from ``avoid`` (the other statistic).
+        """
+
+        def fits(v: _Value) -> bool:
+            if v.tensor.dim() != 1 or (length is not None and v.shape[0] != length):
+                return False
+            return not training or (v.writable and self._disjoint(v, avoid))
+
+        ok = [v for v in self.values if fits(v)]
+        if ok and self._aimed(ok) and self._int(0, 2) != 0:
+            return self._pick(ok)
+        need = 1 if length is None else length
+        bases = [v for v in self.values if any(n >= need for n in v.shape)]
+        for _ in range(3):  # a few tries at a view that fits, before emitting one
+            base = self._pick(bases)
+            keep = self._choice([d for d, n in enumerate(base.shape) if n >= need])
+            parts: list[str] = []
+            for d, n in enumerate(base.shape):
+                if d != keep:
+                    parts.append(str(self._int(0, n - 1)))
+                elif length is None or n == length:
+                    parts.append(":")
+                else:
+                    start = self._int(0, n - length)
+                    parts.append(f"{start}:{start + length}")
+            expr = f"{base.name}[{', '.join(parts)}]"
+            view = eval(compile(expr, "<fxa_fuzz>", "eval"), self.env)  # a view: no side effect
+            if fits(_Value("", "view", view, _elements(view), view.untyped_storage().data_ptr())):
+                self._emit(expr, "view")
+                return self.values[-1]
+        raise _Rejected("no running statistic fits")
+
+    def _norm_input(self, call: _NormCall, channels: int, training: bool, avoid: Sequence[_Value]) -> _Value:
+        """An input ``(N, C, ...)`` for the norm: an existing value, or a reshape or expand of one.
+
+        In train mode it needs more than one value per statistic and must not
+        overlap the statistics (it is read while they are written).
+        """
+
+        def enough(shape: Sequence[int]) -> bool:
+            per = math.prod(shape[2:]) if call.instance else math.prod(shape) // channels
+            return not training or per > 1
+
+        def fits(v: _Value) -> bool:
+            rank_ok = v.tensor.dim() >= (3 if call.instance else 2)
+            return (
+                rank_ok
+                and v.shape[1] == channels
+                and enough(v.shape)
+                and (not training or self._disjoint(v, avoid))
+            )
+
+        ok = [v for v in self.values if fits(v)]
+        if ok and self._aimed(ok) and self._int(0, 2) != 0:
+            return self._pick(ok)
+        readable = [v for v in self.values if not training or self._disjoint(v, avoid)]
+        vectors = [v for v in readable if v.shape == (channels,)]
+        bases = [v for v in readable if v.tensor.numel() % channels == 0 and v.tensor.numel() // channels >= 2]
+        if vectors and (not bases or self._int(0, 3) == 0):  # a batch of one repeated vector
+            v = self._pick(vectors)
+            n = self._int(2, 4) if training and not call.instance else self._int(1, 4)
+            if call.instance:
+                self._emit(f"{v.name}.unsqueeze(1).expand({n}, {channels}, {self._int(2, 4)})", "view")
+            else:
+                self._emit(f"{v.name}.expand({n}, {channels})", "view")
+        else:
+            v = self._pick(bases)
+            rest = v.tensor.numel() // channels
+            if call.instance or self._int(0, 1):
+                k = self._choice([f for f in range(2 if call.instance else 1, rest + 1) if rest % f == 0])
+                shape = _shape_tuple((rest // k, channels, k))
+            else:
+                shape = f"(-1, {channels})"
+            self._emit(f"{v.name}.reshape({shape})", "view")
+        made = self.values[-1]
+        if not fits(made):
+            raise _Rejected("norm input does not fit")
+        return made
+
+    def _norm_affine(self, channels: int, training: bool, avoid: Sequence[_Value]) -> str:
+        """``None`` or a vector of ``channels`` values (read; in train mode disjoint from the statistics)."""
+        if self._int(0, 1) == 0:
+            return "None"
+        ok = [v for v in self.values if v.shape == (channels,) and (not training or self._disjoint(v, avoid))]
+        return self._pick(ok).name if ok else "None"
+
     # -- outputs ---------------------------------------------------------- #
 
     def outputs(self, draw: st.DrawFn, max_outputs: int) -> list[str]:
@@ -900,6 +1129,7 @@ def _programs(
     alias_bias: float,
     allow_custom_ops: bool,
     allow_donation: bool,
+    allow_hidden_effects: bool,
 ) -> Program:
     seed = draw(st.integers(0, 2**31 - 1))
     specs, donated = _draw_inputs(draw, max_inputs=max_inputs, max_size=max_size, allow_donation=allow_donation)
@@ -908,7 +1138,12 @@ def _programs(
     kinds = [
         (kind, weight)
         for kind, weight in _KINDS
-        if kind == "clone" or ((kind != "custom" or allow_custom_ops) and draw(_ENABLED) != 0)
+        if kind == "clone"
+        or (
+            (kind != "custom" or allow_custom_ops)
+            and (kind != "norm" or (allow_hidden_effects and _NORM_CALLS))
+            and draw(_ENABLED) != 0
+        )
     ]
     builder = _Builder(
         draw,
@@ -918,6 +1153,7 @@ def _programs(
         kinds=kinds,
         max_size=max_size,
         max_lines=max_ops,
+        allow_hidden_effects=allow_hidden_effects,
     )
     # One span per statement and a stop flag before each (shrinks toward 0: stop), so that
     # Hypothesis shrinks a program by deleting statements.
@@ -966,6 +1202,7 @@ def programs(
     alias_bias: float = 0.75,
     allow_custom_ops: bool = True,
     allow_donation: bool = True,
+    allow_hidden_effects: bool = True,
 ) -> st.SearchStrategy[Program]:
     """A Hypothesis strategy of random straight-line programs full of views, writes and clones.
 
@@ -990,6 +1227,11 @@ def programs(
         arguments, ``fxa_fuzz::first_half`` returns a view).
     allow_donation : bool
         Mark some inputs as donated.
+    allow_hidden_effects : bool
+        Draw ops whose effects their schemas do not declare
+        (:data:`aliasing.hidden_effects.HIDDEN_EFFECTS`): ``batch_norm`` and
+        ``instance_norm`` with running statistics, in train mode (they update
+        the statistics in place) and eval mode, and ``_unsafe_view``.
 
     Returns
     -------
@@ -1023,6 +1265,7 @@ def programs(
         raise InvalidArgument(f"alias_bias={alias_bias!r} must be a number in [0, 1]")
     _check_bool("allow_custom_ops", allow_custom_ops)
     _check_bool("allow_donation", allow_donation)
+    _check_bool("allow_hidden_effects", allow_hidden_effects)
     return _programs(
         min_ops=min_ops,
         max_ops=max_ops,
@@ -1032,6 +1275,7 @@ def programs(
         alias_bias=float(alias_bias),
         allow_custom_ops=allow_custom_ops,
         allow_donation=allow_donation,
+        allow_hidden_effects=allow_hidden_effects,
     )
 
 
@@ -1067,6 +1311,10 @@ def check_pass(pass_fn: PassFn, program: Program, *, strict: bool = True) -> tor
         the message ends with ``program.source()``, a standalone repro.
     RewriteError
         In strict mode, when the rewritten graph fails ``graph.lint()``.
+    OracleError
+        When the original program raises on its own inputs, or nothing could be
+        compared (see :func:`rewrite.testing.check_equivalent`): a generator bug,
+        never a verdict on the pass; the message ends with ``program.source()``.
 
     Examples
     --------
@@ -1106,6 +1354,9 @@ def check_pass(pass_fn: PassFn, program: Program, *, strict: bool = True) -> tor
         raise NotEquivalent(
             err.clause, f"{message}\n\n{_repro_note(program)}\n\nrewritten graph:\n{rewritten.code}"
         ) from err
+    except OracleError as err:
+        message = str(err).split("] ", 1)[-1]
+        raise OracleError(err.reason, f"{message}\n\n{_repro_note(program)}", err.error) from err
     return rewritten
 
 

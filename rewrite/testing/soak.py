@@ -6,7 +6,10 @@ and checks, for each one:
 - ``analysis``: :func:`aliasing.analyze` never misses an alias, an overlap or a
   writer that a real run shows (:func:`rewrite.testing.check_analysis`);
 - ``raises``: :func:`rewrite.eliminate_clones` does not raise, in strict mode;
-- ``equivalence``: the rewritten program passes :func:`rewrite.testing.check_equivalent`;
+- ``equivalence``: the rewritten program passes :func:`rewrite.testing.check_equivalent`
+  (a refusal of the oracle, :class:`~rewrite.testing.equivalence.OracleError`, counts
+  here too: a drawn program whose original raises on its own inputs, or that
+  compares nothing, is a defect of the generator worth a repro);
 - ``idempotence``: a second run on the rewritten program removes nothing.
 
 Hypothesis shrinks every failure; the smallest failing program of each round
@@ -43,8 +46,8 @@ from hypothesis import seed as hypothesis_seed
 
 import aliasing
 import rewrite
-from rewrite.testing.equivalence import check_equivalent, copy_program
-from rewrite.testing.oracle import check_analysis
+from aliasing.oracle import check_analysis
+from rewrite.testing.equivalence import OracleError, check_equivalent, copy_program
 from rewrite.testing.programs import Program, programs
 
 __all__ = ["CHECKS", "Figures", "SoakFailure", "check_program", "main", "run_campaign"]
@@ -76,7 +79,7 @@ class Figures:
     clones_seen: int = 0
     clones_removed: int = 0
     clones_kept: int = 0
-    failures: dict[str, int] = field(default_factory=lambda: {c: 0 for c in CHECKS})
+    failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHECKS, 0))
     repro_files: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -126,6 +129,8 @@ def check_program(program: Program) -> tuple[int, int]:
         check_equivalent(gm, rewritten, program.make_inputs, donated_inputs=donated)
     except AssertionError as err:
         raise SoakFailure("equivalence", f"{err}\n\n{report}") from err
+    except OracleError as err:  # not a verdict on the pass: the program cannot be judged
+        raise SoakFailure("equivalence", f"the oracle cannot judge this program: {err}") from err
     again = copy_program(rewritten)
     if not isinstance(again, torch.fx.GraphModule):
         raise SoakFailure("raises", "copy_program did not return a GraphModule")
@@ -258,14 +263,58 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the first round (default 0)")
     parser.add_argument("--out", default="repros", help="directory for repro files (default ./repros)")
     parser.add_argument("--max-ops", type=int, default=10, help="statements per program at most (default 10)")
+    parser.add_argument(
+        "--precision",
+        action="store_true",
+        help="measure eliminate_clones against the greedy dynamic oracle instead "
+        "(rewrite.testing.precision): print removed / greedy-removable",
+    )
     args = parser.parse_args(argv)
     if args.minutes <= 0:
         parser.error("--minutes must be positive")
+    if args.precision:
+        return _precision_campaign(args.minutes, args.seed, args.max_ops)
     figures = run_campaign(args.minutes, seed=args.seed, out=args.out, max_ops=args.max_ops)
     print(figures.summary())
     data: dict[str, Any] = asdict(figures)
     print(json.dumps(data, sort_keys=True))
     return 1 if any(figures.failures.values()) else 0
+
+
+def _precision_campaign(minutes: float, seed: int, max_ops: int) -> int:
+    """Batches of 100 programs until the time is up; prints the running ratio, then the report."""
+    from rewrite.testing.precision import PrecisionReport, measure_precision, sample_programs
+
+    deadline = time.monotonic() + minutes * 60
+    total = PrecisionReport()
+    batch = 0
+    while time.monotonic() < deadline:
+        drawn = sample_programs(100, seed=seed + batch, max_ops=max_ops)
+        part = measure_precision(
+            lambda gm, donated: rewrite.eliminate_clones(gm, donated_inputs=donated, strict=True), drawn
+        )
+        for name in ("programs", "clones", "removed", "greedy", "unsound_programs", "beats"):
+            setattr(total, name, getattr(total, name) + getattr(part, name))
+        total.short.extend(part.short)
+        batch += 1
+        print(f"batch {batch}: {total.programs} programs, ratio {total.ratio:.3f}", file=sys.stderr)
+    print(total.summary())
+    print(
+        json.dumps(
+            {
+                "programs": total.programs,
+                "clones": total.clones,
+                "removed": total.removed,
+                "greedy": total.greedy,
+                "ratio": round(total.ratio, 4),
+                "programs_short": len(total.short),
+                "programs_beating_greedy": total.beats,
+                "unsound_programs": total.unsound_programs,
+            },
+            sort_keys=True,
+        )
+    )
+    return 1 if total.unsound_programs else 0
 
 
 if __name__ == "__main__":

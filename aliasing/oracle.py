@@ -21,7 +21,6 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
@@ -29,9 +28,11 @@ import torch.utils._pytree as pytree
 from aliasing.errors import AliasingError
 
 if TYPE_CHECKING:
+    import numpy
+
     from aliasing import AliasAnalysis
 
-__all__ = ["AnalysisUnsound", "Exactness", "Observed", "check_analysis", "observe_memory"]
+__all__ = ["AnalysisUnsound", "Exactness", "Observed", "OracleUnavailable", "check_analysis", "observe_memory"]
 
 Interval = tuple[int, int]
 
@@ -40,33 +41,62 @@ class AnalysisUnsound(AliasingError, AssertionError):
     """An analysis said "no alias", "no overlap" or "not a writer" where real memory says otherwise."""
 
 
+class OracleUnavailable(AliasingError, ImportError):
+    """The oracle needs numpy (the ``test`` extra: ``pip install 'fx-aliasing[test]'``)."""
+
+
+def _numpy() -> Any:
+    """numpy, imported on first use: it is an optional dependency (the ``test`` extra)."""
+    try:
+        import numpy
+    except ImportError as err:  # pragma: no cover - numpy is in the test extra
+        raise OracleUnavailable(
+            "the real-execution oracle needs numpy: pip install numpy (or fx-aliasing[test])"
+        ) from err
+    return numpy
+
+
 @dataclasses.dataclass(frozen=True)
 class Observed:
     """What one tensor value really was during one run.
 
-    ``storage`` is the data pointer of the value's untyped storage,
-    ``intervals`` the sorted, disjoint half-open byte ranges (relative to the
-    storage start) that the value's elements cover, ``written_by`` the names of
-    the nodes that changed at least one of those bytes at any point of the run
-    (before or after the value was produced: the writers of its memory).
+    ``storage`` is the data pointer of the value's untyped storage when the
+    value was produced, ``intervals`` the sorted, disjoint half-open byte
+    ranges (relative to the storage start) that the value's elements cover,
+    ``written_by`` the names of the nodes that changed at least one of those
+    bytes at any point of the run (before or after the value was produced: the
+    writers of its memory). ``impl`` identifies the storage object itself
+    (its ``StorageImpl``; 0 when unknown): it stays the same when an op resizes
+    the storage and moves its data (``out=`` tensors of the wrong size), and
+    tells apart storages whose data pointers coincide because one was freed.
     """
 
     storage: int
     storage_nbytes: int
     intervals: tuple[Interval, ...]
     written_by: frozenset[str]
+    impl: int = 0
 
     def overlaps(self, other: Observed) -> bool:
         """Whether both values touch a common byte of one storage."""
         if self.storage != other.storage or not self.intervals or not other.intervals:
             return False
+        if self.impl and other.impl and self.impl != other.impl:
+            return False  # a data pointer reused after a resize freed the first allocation
+        np = _numpy()
         a, b = np.array(self.intervals, dtype=np.int64), np.array(other.intervals, dtype=np.int64)
         first = np.searchsorted(a[:, 1], b[:, 0], side="right")  # first a-interval ending after b starts
         inside = first < len(a)
         return bool(np.any(a[first[inside], 0] < b[inside, 1]))
 
     def shares_storage(self, other: Observed) -> bool:
-        """Whether both values live in one allocation (zero-byte storages have no identity)."""
+        """Whether both values live in one storage (zero-byte storages have no identity).
+
+        One storage object counts even when it was resized in between (an empty
+        ``out=`` tensor and the op's result in it): both names denote it.
+        """
+        if self.impl and other.impl:
+            return self.impl == other.impl and (self.storage_nbytes > 0 or other.storage_nbytes > 0)
         return self.storage == other.storage and self.storage != 0 and self.storage_nbytes > 0
 
 
@@ -95,8 +125,9 @@ def _byte_intervals(t: torch.Tensor) -> tuple[Interval, ...]:
         return ()
     size = t.element_size()
     if _is_dense_block(t):
-        start = t.storage_offset() * size
-        return ((start, start + t.numel() * size),)
+        start = int(t.storage_offset()) * size
+        return ((start, start + int(t.numel()) * size),)
+    np = _numpy()
     offsets = np.array([t.storage_offset()], dtype=np.int64)
     for extent, stride in zip(t.shape, t.stride()):
         if extent > 1 and stride != 0:  # stride 0 (expand) adds no new element
@@ -119,47 +150,59 @@ def _bytes_of(storage: torch.UntypedStorage) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage).cpu().clone()
 
 
+#: One allocation: the storage object's identity (its ``StorageImpl``) and its data pointer then.
+_Allocation = tuple[int, int]
+
+
+def _impl(storage: torch.UntypedStorage) -> int:
+    """Identity of the storage object (not of its data, which a resize may move)."""
+    return int(storage._cdata)
+
+
 class _MemoryRecorder(torch.fx.Interpreter):
     """Runs a graph, keeps every value alive, and diffs every live storage around each node."""
 
     def __init__(self, gm: torch.fx.GraphModule) -> None:
         super().__init__(gm, garbage_collect_values=False)
-        self.keep: list[Any] = []  # nothing is freed, so data pointers stay unique
-        self.live: dict[int, torch.Tensor] = {}  # storage data_ptr -> a tensor on it
-        self.values: dict[str, tuple[int, int, tuple[Interval, ...]]] = {}
-        self.changes: dict[str, dict[int, np.ndarray]] = {}  # node -> storage -> changed byte offsets
+        self.keep: list[Any] = []  # nothing is freed, so storage identities stay unique
+        # Storage objects, not tensors: a tensor may be moved to another storage (set_).
+        self.live: dict[int, torch.UntypedStorage] = {}
+        self.values: dict[str, tuple[int, int, int, tuple[Interval, ...]]] = {}  # impl, ptr, nbytes, intervals
+        self.changes: dict[str, dict[_Allocation, numpy.ndarray]] = {}  # node -> allocation -> changed byte offsets
 
     def run_node(self, n: torch.fx.Node) -> Any:
-        before = {ptr: _bytes_of(t.untyped_storage()) for ptr, t in self.live.items()}
+        before = {impl: (st.data_ptr(), _bytes_of(st)) for impl, st in self.live.items()}
         result = super().run_node(n)
         self.keep.append(result)
         self.changes[n.name] = self._diff(before)
         for leaf in pytree.tree_leaves(result):
             if isinstance(leaf, torch.Tensor) and (storage := _storage_of(leaf)) is not None:
-                if storage.nbytes() > 0 and storage.data_ptr() != 0:
-                    self.live.setdefault(storage.data_ptr(), leaf)
+                self.live.setdefault(_impl(storage), storage)
         if n.op != "output" and isinstance(result, torch.Tensor) and (storage := _storage_of(result)) is not None:
-            self.values[n.name] = (storage.data_ptr(), storage.nbytes(), _byte_intervals(result))
+            self.values[n.name] = (_impl(storage), storage.data_ptr(), storage.nbytes(), _byte_intervals(result))
         return result
 
-    def _diff(self, before: dict[int, torch.Tensor]) -> dict[int, np.ndarray]:
-        changed: dict[int, np.ndarray] = {}
-        for ptr, old in before.items():
-            storage = self.live[ptr].untyped_storage()
-            if storage.data_ptr() != ptr or storage.nbytes() != old.numel():  # resized: all old bytes changed
-                changed[ptr] = np.arange(old.numel(), dtype=np.int64)
-                self.live[storage.data_ptr()] = self.live.pop(ptr)  # later nodes diff the new allocation
+    def _diff(self, before: dict[int, tuple[int, torch.Tensor]]) -> dict[_Allocation, numpy.ndarray]:
+        np = _numpy()
+        changed: dict[_Allocation, numpy.ndarray] = {}
+        for impl, (ptr, old) in before.items():
+            storage = self.live[impl]
+            if storage.data_ptr() != ptr or storage.nbytes() != old.numel():
+                # resized: every old byte is gone or reinterpreted; later nodes diff the new allocation
+                if old.numel():
+                    changed[(impl, ptr)] = np.arange(old.numel(), dtype=np.int64)
                 continue
             diff = torch.nonzero(_bytes_of(storage) != old).flatten().numpy()
             if diff.size:
-                changed[ptr] = diff.astype(np.int64)
+                changed[(impl, ptr)] = diff.astype(np.int64)
         return changed
 
 
-def _touches(intervals: tuple[Interval, ...], offsets: np.ndarray) -> bool:
+def _touches(intervals: tuple[Interval, ...], offsets: numpy.ndarray) -> bool:
     """Whether any of the sorted byte ``offsets`` lies in ``intervals``."""
     if not intervals:
         return False
+    np = _numpy()
     spans = np.array(intervals, dtype=np.int64)
     first = np.searchsorted(offsets, spans[:, 0], side="left")
     inside = first < len(offsets)
@@ -201,13 +244,14 @@ def observe_memory(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> d
     recorder = _MemoryRecorder(gm)
     recorder.run(*example_inputs)
     observed: dict[str, Observed] = {}
-    for name, (ptr, nbytes, intervals) in recorder.values.items():
+    for name, (impl, ptr, nbytes, intervals) in recorder.values.items():
+        where = (impl, ptr)
         writers = frozenset(
             node
             for node, changed in recorder.changes.items()
-            if ptr in changed and _touches(intervals, changed[ptr])
+            if where in changed and _touches(intervals, changed[where])
         )
-        observed[name] = Observed(ptr, nbytes, intervals, writers)
+        observed[name] = Observed(ptr, nbytes, intervals, writers, impl)
     return observed
 
 
@@ -262,11 +306,11 @@ def check_analysis(
             alias, overlap = analysis.may_alias(a, b), analysis.may_overlap(a, b)
             if oa.shares_storage(ob) and not alias:
                 missed.append(f"may_alias({a}, {b}) is False but both live in storage {oa.storage:#x}")
-            elif alias and not oa.shares_storage(ob):
+            elif alias and not oa.shares_storage(ob) and a != b:  # a value aliases itself, even an empty one
                 false_alias.append((a, b))
             if oa.overlaps(ob) and not overlap:
                 missed.append(f"may_overlap({a}, {b}) is False but both touch a common byte")
-            elif overlap and not oa.overlaps(ob):
+            elif overlap and not oa.overlaps(ob) and a != b:
                 false_overlap.append((a, b))
         claimed = _names(analysis.writers(a))
         for writer in sorted(observed[a].written_by - claimed):

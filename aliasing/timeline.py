@@ -1,0 +1,911 @@
+"""The storage timeline: per storage, program order across and byte offset up.
+
+One horizontal *lane* per storage. Inside a lane, the x axis is the program
+order (graph positions, the node names under the axis) and the y axis the byte
+offset in the storage (0 at the bottom of the lane, its size at the top):
+
+- each value that lives in the storage is drawn as the bytes it can touch
+  (its region: one bar per contiguous run of a strided view, so ``q``, ``k``
+  and ``v`` of a fused projection show as interleaved stripes) from the
+  position that defines it to its last use;
+- a value whose place in the storage is unknown is a hatched band over the
+  whole lane (it may be anywhere);
+- reads (blue, a dot) and writes (red, a triangle) are vertical marks over the
+  bytes they touch, at the position where they happen;
+- with ``decisions=``, clones removed (green, hatched) and kept (orange, with
+  their reason) are annotated, with a dashed link to the original's lane.
+
+Large graphs: ``storages=`` picks lanes, ``around=`` the storages that one or
+more nodes (or clones) touch, ``window=`` a range of positions; without any, at
+most ``max_storages`` lanes are drawn, those with clone decisions and writes
+first, and the title says how many were left out.
+
+:func:`storage_timeline` computes the picture's content (pure data, no
+matplotlib); :func:`plot_timeline` draws it with matplotlib (imported only
+then: ``import aliasing`` does not need it) and returns a ``Figure`` to show
+in a notebook or save as SVG or PNG (:func:`save_timeline`).
+
+Example
+-------
+>>> import torch, aliasing
+>>> from torch.fx.experimental.proxy_tensor import make_fx
+>>> def f(x):
+...     q, k = x.split(2, dim=-1)
+...     q.mul_(2)
+...     return k + 1
+>>> a = aliasing.analyze(make_fx(f, tracing_mode="fake")(torch.randn(3, 4)))
+>>> t = aliasing.storage_timeline(a)
+>>> [(s.value, s.runs) for s in t.lane("s0").spans if s.value.startswith("getitem")]
+[('getitem', ((0, 8), (16, 24), (32, 40))), ('getitem_1', ((8, 16), (24, 32), (40, 48)))]
+>>> [(m.node, m.kind, m.value) for m in t.lane("s0").accesses if m.kind == "write"]
+[('mul_', 'write', 'getitem')]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import math
+import operator
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+import torch.fx
+
+from aliasing.errors import UnknownNodeError
+from aliasing.regions import Region
+from aliasing.roles import UNKNOWN_STORAGE
+from aliasing.storage_graph import (
+    EVIDENCE_COLOUR,
+    KEPT_FILL,
+    REMOVED_FILL,
+    ROLE_COLOURS,
+    WRITE_COLOUR,
+    DecisionLike,
+    Decisions,
+    RenderingError,
+    decisions_of,
+    reason_text,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from aliasing.analysis import AliasAnalysis
+
+__all__ = [
+    "MAX_RUNS",
+    "AccessMark",
+    "CloneMark",
+    "Lane",
+    "Timeline",
+    "ValueSpan",
+    "plot_timeline",
+    "save_timeline",
+    "storage_timeline",
+    "timeline_svg",
+]
+
+#: Positions drawn, at least, around the nodes of ``around=``.
+MIN_AROUND_POSITIONS: int = 24
+
+#: Contiguous runs drawn per value; a value with more is drawn as its envelope, hatched.
+MAX_RUNS: int = 64
+
+ByteRange = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class ValueSpan:
+    """One value in one storage: its bytes, from its definition to its last use.
+
+    ``runs`` are the contiguous byte ranges ``[lo, hi)`` it can touch (empty
+    when there are more than :data:`MAX_RUNS` or the place is unknown);
+    ``envelope`` the lowest and highest byte (None when unknown: the value may
+    be anywhere in the storage).
+    """
+
+    value: str
+    storage: str
+    start: int
+    stop: int
+    runs: tuple[ByteRange, ...]
+    envelope: ByteRange | None
+    layout: str
+
+    @property
+    def exact(self) -> bool:
+        """True when the runs are listed (not only the envelope)."""
+        return bool(self.runs)
+
+
+@dataclass(frozen=True)
+class AccessMark:
+    """A read or a write of a storage by ``node`` at ``position``, through ``value``."""
+
+    position: int
+    node: str
+    kind: Literal["read", "write"]
+    value: str
+    storage: str
+    envelope: ByteRange | None  #: bytes touched; None for "anywhere in the storage"
+
+
+@dataclass(frozen=True)
+class CloneMark:
+    """A clone decision placed on the timeline."""
+
+    clone: str
+    original: str
+    action: str
+    reason: str
+    position: int
+    storages: tuple[str, ...]  #: the clone's storages
+    original_storages: tuple[str, ...]
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One storage: its role, size in bytes (None when unknown) and what happens in it."""
+
+    storage: str
+    role: str
+    origin: str
+    nbytes: int | None
+    spans: tuple[ValueSpan, ...]
+    accesses: tuple[AccessMark, ...]
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """What :func:`plot_timeline` draws: lanes over a window of positions.
+
+    ``window`` is ``(first, last)``, inclusive; ``names[i]`` is the node at
+    position ``first + i``. ``hidden`` lists storages left out by
+    ``max_storages``; ``symbolic`` says sizes were drawn at their trace-time hints.
+    """
+
+    lanes: tuple[Lane, ...]
+    window: tuple[int, int]
+    names: tuple[str, ...]
+    clones: tuple[CloneMark, ...]
+    total_storages: int
+    hidden: tuple[str, ...]
+    symbolic: bool
+    title: str
+    notes: tuple[str, ...] = ()
+
+    def lane(self, storage: str) -> Lane:
+        """The lane of ``storage`` (KeyError when it is not drawn)."""
+        for lane in self.lanes:
+            if lane.storage == storage:
+                return lane
+        raise KeyError(storage)
+
+
+# --- regions as byte runs -----------------------------------------------------
+
+
+def _hint(x: object) -> int | None:
+    """An int for an int or a SymInt with a trace-time hint; None otherwise."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return x
+    if isinstance(x, torch.SymInt):
+        node = x.node
+        try:
+            if node.has_hint():
+                return int(node.hint)
+        except Exception:  # a hint is a convenience for drawing, never a failure
+            return None
+    return None
+
+
+def _runs(region: Region) -> tuple[tuple[ByteRange, ...], ByteRange | None]:
+    """Contiguous byte runs of a region (``()`` when too many) and its byte envelope."""
+    offset = _hint(region.offset)
+    sizes = [_hint(s) for s in region.sizes]
+    strides = [_hint(s) for s in region.strides]
+    if offset is None or any(s is None for s in sizes) or any(s is None for s in strides):
+        return (), None
+    item = region.itemsize
+    dims = [(int(size), int(stride) * item) for size, stride in zip(sizes, strides) if size != 1]  # type: ignore[arg-type]
+    if any(size == 0 for size, _ in dims):
+        return (), (offset * item, offset * item)
+    dims = sorted(((size, stride) for size, stride in dims if stride != 0), key=lambda d: d[1])
+    run = item
+    outer: list[tuple[int, int]] = []
+    for size, stride in dims:
+        if not outer and stride == run:
+            run *= size
+        else:
+            outer.append((size, stride))
+    base = offset * item
+    lo = base
+    hi = base + run + sum((size - 1) * stride for size, stride in outer)
+    count = math.prod(size for size, _ in outer)
+    if count > MAX_RUNS:
+        return (), (lo, hi)
+    starts = sorted(
+        base + sum(i * stride for i, (_, stride) in zip(index, outer))
+        for index in itertools.product(*(range(size) for size, _ in outer))
+    )
+    merged: list[list[int]] = []
+    for start in starts:
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], start + run)
+        else:
+            merged.append([start, start + run])
+    return tuple((a, b) for a, b in merged), (lo, hi)
+
+
+def _layout(analysis: AliasAnalysis, node: torch.fx.Node) -> str:
+    facts = analysis.facts_of(node)
+    if facts is None:
+        return "no metadata"
+    dtype = str(facts.dtype).replace("torch.", "")
+    return f"{dtype}{list(facts.sizes)} strides {list(facts.strides)} offset {facts.storage_offset}"
+
+
+def _storage_nbytes(analysis: AliasAnalysis, values: Iterable[torch.fx.Node]) -> int | None:
+    for node in values:
+        facts = analysis.facts_of(node)
+        if facts is None or facts.region is None or analysis.storage_of(node) != frozenset({_sid_of(analysis, node)}):
+            continue
+        try:
+            return _hint(facts.value.untyped_storage().nbytes())
+        except Exception:  # opaque tensor subclasses: size from the regions instead
+            return None
+    return None
+
+
+def _sid_of(analysis: AliasAnalysis, node: torch.fx.Node) -> str:
+    storages = analysis.storage_of(node)
+    return next(iter(storages)) if len(storages) == 1 else ""
+
+
+def _is_container(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
+    """A multi-output op's tuple (``split``): its getitems are drawn instead."""
+    return (
+        analysis.region_of(node) is None
+        and analysis.facts_of(node) is None
+        and bool(node.users)
+        and all(u.op == "call_function" and u.target is operator.getitem for u in node.users)
+    )
+
+
+# --- what to draw -------------------------------------------------------------
+
+
+def _refs(analysis: AliasAnalysis, refs: object) -> list[torch.fx.Node]:
+    if refs is None:
+        return []
+    if isinstance(refs, (str, torch.fx.Node)):
+        refs = [refs]
+    if not isinstance(refs, Iterable):
+        raise UnknownNodeError(f"expected a node, a node name or an iterable of them, got {type(refs).__name__}")
+    nodes = []
+    for ref in refs:
+        if not isinstance(ref, (str, torch.fx.Node)):
+            raise UnknownNodeError(f"expected a node or a node name, got {type(ref).__name__}")
+        nodes.append(analysis.nodes[analysis.position(ref)])
+    return nodes
+
+
+def _all_storages(analysis: AliasAnalysis) -> list[str]:
+    found = list(analysis.storages)
+    if any(UNKNOWN_STORAGE in analysis.storage_of(n) for n in analysis.nodes):
+        found.append(UNKNOWN_STORAGE)
+    return found
+
+
+def _touched(analysis: AliasAnalysis, nodes: list[torch.fx.Node], by_clone: dict[str, DecisionLike]) -> list[str]:
+    """Storages the nodes live in, read or write (and, for a clone, its original's)."""
+    wanted = {n.name for n in nodes}
+    found: set[str] = set()
+    for node in nodes:
+        found |= analysis.storage_of(node)
+        decision = by_clone.get(node.name)
+        if decision is not None and decision.original:
+            with contextlib.suppress(UnknownNodeError):  # an original outside this graph adds nothing
+                found |= analysis.storage_of(decision.original)
+    for sid in _all_storages(analysis):
+        if any(acc.node.name in wanted for acc in analysis.storage_accesses(sid)):
+            found.add(sid)
+    return [s for s in _all_storages(analysis) if s in found]
+
+
+def _window(value: object, last: int) -> tuple[int, int]:
+    if not isinstance(value, tuple) or len(value) != 2 or not all(type(v) is int for v in value):
+        raise ValueError(f"window must be a (first, last) pair of positions, got {value!r}")
+    first, stop = value
+    if not 0 <= first <= stop:
+        raise ValueError(f"window must satisfy 0 <= first <= last, got {value!r}")
+    return first, min(stop, last)
+
+
+def storage_timeline(
+    analysis: AliasAnalysis,
+    *,
+    storages: object = None,
+    around: object = None,
+    window: tuple[int, int] | None = None,
+    decisions: Decisions | None = None,
+    max_storages: int = 24,
+    max_positions: int = 120,
+) -> Timeline:
+    """Compute the storage timeline of an analysis (what :func:`plot_timeline` draws).
+
+    Parameters
+    ----------
+    analysis : AliasAnalysis
+        The analysis of the program (before any rewrite, so that removed clones are in it).
+    storages : storage id or iterable of ids, optional
+        Draw these storages.
+    around : node, name or iterable of them, optional
+        Draw the storages these nodes live in, read or write (for a clone also its
+        original's); without ``window``, the positions from the first of them to the
+        last use of what lives in their storages, and the evidence of their decisions.
+    window : (int, int), optional
+        First and last position drawn (inclusive). Lanes with nothing in it are dropped.
+    decisions : CloneEliminationReport or sequence of decisions, optional
+        Annotate removed and kept clones.
+    max_storages : int
+        Without ``storages`` and ``around``, draw at most this many lanes: the storages of
+        clone decisions first, then written storages, then the busiest.
+    max_positions : int
+        Without ``window``, draw at most this many positions (from the first active one,
+        or around the nodes of ``around``); the timeline's notes say what was cut.
+
+    Returns
+    -------
+    Timeline
+
+    Raises
+    ------
+    aliasing.UnknownNodeError
+        When ``around`` names a node, or ``storages`` a storage, that the analysis does not have.
+    ValueError
+        For a malformed ``window``, ``max_storages`` or ``max_positions``.
+
+    Examples
+    --------
+    >>> import torch, aliasing
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> a = aliasing.analyze(make_fx(lambda x: x[1:].add_(1), tracing_mode="fake")(torch.zeros(4)))
+    >>> lane = aliasing.storage_timeline(a).lane("s0")
+    >>> lane.nbytes, [(s.value, s.envelope) for s in lane.spans]
+    (16, [('x_1', (0, 16)), ('slice_1', (4, 16)), ('add_', (4, 16))])
+    """
+    for name, value in (("max_storages", max_storages), ("max_positions", max_positions)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    nodes = analysis.nodes
+    last = len(nodes) - 1
+    by_clone = {d.node: d for d in decisions_of(decisions)}
+    every = _all_storages(analysis)
+    centres = _refs(analysis, around)
+    chosen: list[str] = []
+    if storages is not None:
+        wanted = [storages] if isinstance(storages, str) else list(storages)  # type: ignore[call-overload]
+        for sid in wanted:
+            if sid not in every:
+                raise UnknownNodeError(f"no storage {sid!r} in this analysis")
+        chosen = list(wanted)
+    if centres:
+        chosen += _touched(analysis, centres, by_clone)
+    explicit = storages is not None or bool(centres)
+    chosen_set = set(chosen) if explicit else set(every)
+    lanes = [_lane(analysis, sid) for sid in every if sid in chosen_set]
+    symbolic = any(_symbolic(analysis, lane) for lane in lanes)
+    clones = _clone_marks(analysis, by_clone)
+
+    notes: list[str] = []
+    if window is not None:
+        first, stop = _window(window, last)
+    else:
+        if centres:
+            first, stop = _centred_window(analysis, centres, lanes, by_clone, last)
+        else:
+            points = [p for lane in lanes for sp in lane.spans for p in (sp.start, sp.stop)]
+            points += [m.position for lane in lanes for m in lane.accesses]
+            first, stop = (min(points), max(points)) if points else (0, last)
+        if stop - first + 1 > max_positions:
+            if not centres:  # start where the program starts computing, not among its inputs
+                ops = (analysis.position(n) for n in nodes if n.op not in ("placeholder", "get_attr"))
+                first = max(first, min(next(ops, first) - 2, last - max_positions + 1))
+            stop = first + max_positions - 1
+            notes.append(f"positions {first}-{stop} of {last + 1} shown: pass window=(first, last) or around=")
+    lanes = [_clip(lane, first, stop) for lane in lanes]
+    lanes = [lane for lane in lanes if lane.spans or lane.accesses]
+    hidden: tuple[str, ...] = ()
+    if not explicit and len(lanes) > max_storages:
+        kept = _rank(lanes, clones, max_storages)
+        hidden = tuple(lane.storage for lane in lanes if lane.storage not in kept)
+        lanes = [lane for lane in lanes if lane.storage in kept]
+        notes.append(f"{len(hidden)} more storages active here not shown: pass storages= or around=")
+    if symbolic:
+        notes.append("symbolic sizes drawn at their trace-time hints")
+    names = tuple(n.name for n in nodes[first : stop + 1])
+    shown = {lane.storage for lane in lanes}
+    title = f"storage timeline: {len(lanes)} of {len(every)} storages, positions {first}-{stop} of {last + 1} nodes"
+    return Timeline(
+        tuple(lanes),
+        (first, stop),
+        names,
+        tuple(c for c in clones if first <= c.position <= stop and set(c.storages) & shown),
+        len(every),
+        hidden,
+        symbolic,
+        title,
+        tuple(notes),
+    )
+
+
+def _lane(analysis: AliasAnalysis, sid: str) -> Lane:
+    members = [n for n in analysis.values_in(sid) if sid in analysis.storage_of(n) and not _is_container(analysis, n)]
+    spans: list[ValueSpan] = []
+    for node in members:
+        start = analysis.position(node)
+        stop = max((analysis.position(u) for u in node.users), default=start)
+        region = analysis.region_of(node) if analysis.storage_of(node) == frozenset({sid}) else None
+        runs: tuple[ByteRange, ...] = ()
+        envelope: ByteRange | None = None
+        if region is not None:
+            runs, envelope = _runs(region)
+        spans.append(ValueSpan(node.name, sid, start, stop, runs, envelope, _layout(analysis, node)))
+    span_of = {sp.value: sp for sp in spans}
+    marks = tuple(
+        AccessMark(
+            acc.position,
+            acc.node.name,
+            acc.kind,
+            acc.value.name,
+            sid,
+            None if acc.whole or acc.value.name not in span_of else span_of[acc.value.name].envelope,
+        )
+        for acc in analysis.storage_accesses(sid)
+    )
+    nbytes = _storage_nbytes(analysis, members)
+    if nbytes is None:
+        ends = [sp.envelope[1] for sp in spans if sp.envelope is not None]
+        nbytes = max(ends) if ends else None
+    if sid == UNKNOWN_STORAGE:
+        role, origin = "unknown", ""
+    else:
+        info = analysis.storage_info(sid)
+        role, origin = info.role.value, info.origin
+    return Lane(sid, role, origin, nbytes, tuple(spans), marks)
+
+
+def _symbolic(analysis: AliasAnalysis, lane: Lane) -> bool:
+    for span in lane.spans:
+        region = analysis.region_of(span.value)
+        if region is not None and not region.is_concrete:
+            return True
+    return False
+
+
+def _clone_marks(analysis: AliasAnalysis, by_clone: dict[str, DecisionLike]) -> list[CloneMark]:
+    marks = []
+    for name, d in by_clone.items():
+        try:
+            position = analysis.position(name)
+            clone_storages = tuple(sorted(analysis.storage_of(name)))
+        except UnknownNodeError:  # a decision about another graph's node: not drawn
+            continue
+        try:
+            original_storages = tuple(sorted(analysis.storage_of(d.original))) if d.original else ()
+        except UnknownNodeError:
+            original_storages = ()
+        marks.append(
+            CloneMark(name, d.original, d.action, reason_text(d), position, clone_storages, original_storages, tuple(d.evidence))
+        )
+    return marks
+
+
+def _rank(lanes: list[Lane], clones: list[CloneMark], limit: int) -> set[str]:
+    """The ``limit`` most telling lanes: clone decisions first, then writes, then the busiest."""
+    clone_storages = {s for c in clones for s in (*c.storages, *c.original_storages)}
+
+    def score(lane: Lane) -> tuple[bool, bool, int]:
+        written = any(m.kind == "write" for m in lane.accesses)
+        touched = bool(lane.accesses)
+        return (lane.storage in clone_storages or written, touched, len(lane.accesses) + len(lane.spans))
+
+    return {lane.storage for lane in sorted(lanes, key=score, reverse=True)[:limit]}
+
+
+def _centred_window(
+    analysis: AliasAnalysis,
+    centres: list[torch.fx.Node],
+    lanes: list[Lane],
+    by_clone: dict[str, DecisionLike],
+    last: int,
+) -> tuple[int, int]:
+    points = [analysis.position(c) for c in centres]
+    own: set[str] = set()
+    for c in centres:
+        own |= analysis.storage_of(c)
+        d = by_clone.get(c.name)
+        for ref in (d.evidence if d is not None else ()):
+            try:
+                points.append(analysis.position(ref))
+            except UnknownNodeError:
+                continue
+    for c in centres:  # what the centres read and write happens at their own position
+        points.extend(analysis.position(u) for u in c.users)
+    for lane in lanes:
+        if lane.storage in own:
+            points += [p for s in lane.spans for p in (s.start, s.stop)]
+    lo, hi = min(points), max(points)
+    if hi - lo < MIN_AROUND_POSITIONS:  # some context on both sides
+        grow = MIN_AROUND_POSITIONS - (hi - lo)
+        lo, hi = lo - grow // 2, hi + grow - grow // 2
+    lo, hi = max(0, lo - 2), min(last, hi + 2)
+    return lo, hi
+
+
+def _clip(lane: Lane, first: int, stop: int) -> Lane:
+    spans = tuple(s for s in lane.spans if s.stop >= first and s.start <= stop)
+    marks = tuple(m for m in lane.accesses if first <= m.position <= stop)
+    return Lane(lane.storage, lane.role, lane.origin, lane.nbytes, spans, marks)
+
+
+# --- drawing ------------------------------------------------------------------
+
+_READ = "#1f77b4"
+_PALETTE = ("#8fb8de", "#f2b880", "#9fd69f", "#e69b9b", "#c3aee0", "#c9a79c", "#f0b5de", "#bdbdbd", "#dcdc8a", "#8fd6e0")
+_LANE_GAP = 0.18
+_INCH_PER_POSITION = 0.17
+
+
+def _import_matplotlib() -> type[Figure]:
+    try:
+        import matplotlib
+
+        matplotlib.use  # noqa: B018 - the attribute proves a real matplotlib
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise RenderingError(
+            "the storage timeline needs matplotlib: pip install matplotlib (or fx-aliasing[notebooks])"
+        ) from exc
+    return Figure
+
+
+def _show_in_notebooks(figure_class: type[Figure]) -> None:
+    """In IPython/Jupyter, let a figure returned by a cell show itself as a PNG.
+
+    Figures made without ``pyplot`` have no display hook until the inline backend
+    is activated; this registers one (only when none is registered yet).
+    """
+    ipython = sys.modules.get("IPython")
+    shell = getattr(ipython, "get_ipython", lambda: None)() if ipython is not None else None
+    formatter = getattr(getattr(shell, "display_formatter", None), "formatters", {}).get("image/png")
+    if formatter is None:
+        return
+    try:
+        formatter.lookup_by_type(figure_class)
+    except KeyError:
+        formatter.for_type(figure_class, _figure_png)
+
+
+def _figure_png(figure: Figure) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    return buffer.getvalue()
+
+
+def _lane_height(lane: Lane) -> float:
+    stripes = max((len(s.runs) for s in lane.spans), default=0)
+    if stripes > 1:
+        return 1.1
+    if len(lane.spans) > 3:
+        return 0.7
+    return 0.42
+
+
+def _lane_label(lane: Lane) -> str:
+    origin = f" · from {lane.origin}" if lane.origin else ""
+    return f"{lane.storage}  {lane.role.replace('_', ' ')}\n{_size_text(lane.nbytes)}{origin}"
+
+
+def _size_text(nbytes: int | None) -> str:
+    if nbytes is None:
+        return "size unknown"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} B"
+
+
+def plot_timeline(
+    source: AliasAnalysis | Timeline,
+    *,
+    storages: object = None,
+    around: object = None,
+    window: tuple[int, int] | None = None,
+    decisions: Decisions | None = None,
+    max_storages: int = 24,
+    max_positions: int = 120,
+    title: str | None = None,
+) -> Figure:
+    """Draw the storage timeline (module docstring) with matplotlib.
+
+    Parameters
+    ----------
+    source : AliasAnalysis or Timeline
+        An analysis (the keyword arguments go to :func:`storage_timeline`), or a
+        timeline computed already.
+    storages, around, window, decisions, max_storages, max_positions
+        As for :func:`storage_timeline`.
+    title : str, optional
+        Replaces the computed title's first part.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        A figure made without ``pyplot`` (no global state): a notebook cell that
+        returns it (or ``display(fig)``) shows it as a PNG; ``fig.savefig("t.svg")``
+        writes it.
+
+    Raises
+    ------
+    RenderingError
+        When matplotlib is not installed.
+
+    Examples
+    --------
+    >>> import torch, aliasing
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> a = aliasing.analyze(make_fx(lambda x: x[1:].add_(1), tracing_mode="fake")(torch.zeros(4)))
+    >>> fig = aliasing.plot_timeline(a)
+    >>> bool(fig.get_size_inches()[0] > 0)
+    True
+    """
+    figure_class = _import_matplotlib()
+    _show_in_notebooks(figure_class)
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch, Rectangle
+
+    if isinstance(source, Timeline):
+        timeline = source
+    else:
+        timeline = storage_timeline(
+            source,
+            storages=storages,
+            around=around,
+            window=window,
+            decisions=decisions,
+            max_storages=max_storages,
+            max_positions=max_positions,
+        )
+    first, stop = timeline.window
+    npos = stop - first + 1
+    heights = [_lane_height(lane) for lane in timeline.lanes]
+    label_room = min(2.1, 0.3 + 0.062 * max((len(n) for n in timeline.names), default=4) + 0.3)
+    axes_h = sum(heights) + _LANE_GAP * len(heights) + 0.2
+    fig_h = axes_h + label_room + 1.0
+    lane_labels = [_lane_label(lane) for lane in timeline.lanes]
+    widest = max((len(line) for text in lane_labels for line in text.splitlines()), default=10)
+    left_in = max(1.2, min(3.6, 0.25 + 0.062 * widest))
+    axes_w = max(6.0, min(44.0, npos * _INCH_PER_POSITION))
+    fig_w = axes_w + left_in + 0.9
+    fig = figure_class(figsize=(fig_w, fig_h), dpi=100)
+    ax = fig.add_axes((left_in / fig_w, label_room / fig_h, axes_w / fig_w, axes_h / fig_h))
+
+    # lanes from the top: y in inches, counted downwards
+    bases: dict[str, tuple[float, float]] = {}
+    y = axes_h - 0.1
+    for lane, height in zip(timeline.lanes, heights):
+        y -= height
+        bases[lane.storage] = (y, height)
+        y -= _LANE_GAP
+    x0, x1 = first - 0.6, stop + 0.6
+    inch_per_position = axes_w / (x1 - x0)
+
+    def to_y(sid: str, byte: float, nbytes: int | None) -> float:
+        base, height = bases[sid]
+        if not nbytes:
+            return base + height / 2
+        return base + 0.06 * height + 0.88 * height * (byte / nbytes)
+
+    colours: dict[str, str] = {}
+    decisions_by_clone = {c.clone: c for c in timeline.clones}
+    for lane in timeline.lanes:
+        base, height = bases[lane.storage]
+        frame = ROLE_COLOURS.get(lane.role, ("", "#f7f7f7"))[1]
+        ax.add_patch(Rectangle((x0, base), x1 - x0, height, facecolor=frame, edgecolor="#c8c8c8", lw=0.6, zorder=0))
+        occupied: list[tuple[float, float, int]] = []
+        for span in lane.spans:
+            colour = colours.setdefault(span.value, _PALETTE[len(colours) % len(_PALETTE)])
+            clone = decisions_by_clone.get(span.value)
+            edge = "#555555"
+            hatch = None
+            if clone is not None:
+                colour = REMOVED_FILL if clone.action == "remove" else KEPT_FILL
+                edge = "#2e7d32" if clone.action == "remove" else "#b35900"
+                hatch = "///" if clone.action == "remove" else None
+            xa, xb = max(span.start, first) - 0.4, min(span.stop, stop) + 0.4
+            if span.envelope is None:
+                ax.add_patch(
+                    Rectangle((xa, base + 0.04 * height), xb - xa, 0.92 * height, facecolor="none",
+                              edgecolor="#777777", hatch="xx", lw=0.6, zorder=1)
+                )
+            else:
+                pieces = span.runs if span.runs else (span.envelope,)
+                for lo, hi in pieces:
+                    ya, yb = to_y(lane.storage, lo, lane.nbytes), to_y(lane.storage, hi, lane.nbytes)
+                    ax.add_patch(
+                        Rectangle((xa, ya), xb - xa, max(yb - ya, 0.012), facecolor=colour, alpha=0.8,
+                                  edgecolor=edge, lw=0.6, hatch=hatch if hatch else (None if span.runs else ".."),
+                                  zorder=2)
+                    )
+            if clone is not None:
+                continue  # the clone's annotation names it
+            # a label at the value's start, in the first free text row of the lane
+            rows = max(1, int(height / 0.18))
+            width = 0.05 * len(span.value) / inch_per_position
+            for row in range(rows):
+                if all(not (r == row and a < xa + width and xa < b) for a, b, r in occupied):
+                    occupied.append((xa, xa + width + 0.3, row))
+                    ax.text(xa + 0.05, base + height - 0.03 - row * 0.17, span.value, fontsize=7, va="top",
+                            ha="left", color="#1a1a1a", zorder=6, clip_on=True,
+                            bbox={"boxstyle": "square,pad=0.05", "fc": "white", "ec": "none", "alpha": 0.7})
+                    break
+        for mark in lane.accesses:
+            if mark.envelope is None:
+                ya, yb = base + 0.04 * height, base + 0.96 * height
+            else:
+                ya, yb = to_y(lane.storage, mark.envelope[0], lane.nbytes), to_y(lane.storage, mark.envelope[1], lane.nbytes)
+            if mark.kind == "write":
+                xm = mark.position + 0.14
+                ax.plot([xm, xm], [ya, yb], color=WRITE_COLOUR, lw=2.2, zorder=4, solid_capstyle="butt")
+                ax.plot([xm], [yb], marker="v", color=WRITE_COLOUR, ms=4.5, zorder=5)
+            else:
+                xm = mark.position - 0.14
+                ax.plot([xm, xm], [ya, yb], color=_READ, lw=1.1, zorder=4, solid_capstyle="butt")
+                ax.plot([xm], [(ya + yb) / 2], marker="o", color=_READ, ms=3, zorder=5)
+        ax.text(x1 + 0.15, base + 0.02 * height, "0", fontsize=6.5, color="#777777", va="bottom", clip_on=False)
+        ax.text(x1 + 0.15, base + 0.98 * height, _size_text(lane.nbytes), fontsize=6.5, color="#777777", va="top",
+                clip_on=False)
+
+    spans_by_value = {(s.storage, s.value): s for lane in timeline.lanes for s in lane.spans}
+    lanes_by_id = {lane.storage: lane for lane in timeline.lanes}
+    for clone in timeline.clones:
+        lanes_here = [s for s in clone.storages if s in bases]
+        if not lanes_here:
+            continue
+        base, height = bases[lanes_here[0]]
+        removed = clone.action == "remove"
+        colour = "#2e7d32" if removed else "#b35900"
+        text = f"{clone.clone}: removed" if removed else f"{clone.clone}: kept\n{clone.reason}"
+        own = spans_by_value.get((lanes_here[0], clone.clone))
+        end = min(own.stop, stop) if own is not None else clone.position
+        start = max(own.start if own is not None else clone.position, first)
+        # beside the clone's bytes, on the side with room for the text (the right one if both have)
+        needed = 0.075 * max(len(line) for line in text.splitlines())
+        room_right = (x1 - end - 0.5) * inch_per_position
+        room_left = (start - 0.5 - x0) * inch_per_position
+        if room_right >= needed or room_right >= room_left:
+            at, ha, dx = end + 0.5, "left", 3
+        else:
+            at, ha, dx = start - 0.5, "right", -3
+        ax.annotate(
+            text, (at, base + height * 0.5), xytext=(dx, 0), textcoords="offset points", fontsize=7.5,
+            color=colour, fontweight="bold", va="center", ha=ha, zorder=7, annotation_clip=False,
+            bbox={"boxstyle": "round,pad=0.15", "fc": REMOVED_FILL if removed else KEPT_FILL, "ec": colour, "lw": 0.6},
+        )
+        for sid in clone.original_storages:
+            if sid in bases and sid not in clone.storages:
+                ob, oh = bases[sid]
+                ya, yb = sorted((ob + oh / 2, base + height / 2))
+                ax.plot([clone.position, clone.position], [ya, yb], color=colour, lw=0.9, ls=(0, (3, 2)), zorder=3)
+        if not removed:  # a star where each piece of evidence touches memory (on the clone's lane otherwise)
+            for ev in clone.evidence:
+                if ev not in timeline.names or ev == clone.original:
+                    continue
+                xe = first + timeline.names.index(ev)
+                related = {*clone.storages, *clone.original_storages}
+                where = [
+                    (lane.storage, m)
+                    for lane in timeline.lanes
+                    if lane.storage in related
+                    for m in lane.accesses
+                    if m.node == ev
+                ]
+                points = [(bases[sid], m.envelope, sid) for sid, m in where] or [((base, height), None, "")]
+                for (lb, lh), envelope, sid in points[:3]:
+                    ys = lb + lh * 0.5
+                    if envelope is not None and sid:
+                        ys = (to_y(sid, envelope[0], lanes_by_id[sid].nbytes) + to_y(sid, envelope[1], lanes_by_id[sid].nbytes)) / 2
+                    ax.plot([xe], [ys], marker="*", color=EVIDENCE_COLOUR, ms=9, zorder=6,
+                            markeredgecolor="#6b3d00", markeredgewidth=0.4)
+
+    ax.set_xlim(x0, x1)
+    ax.set_ylim(0, axes_h)
+    ax.set_yticks([bases[lane.storage][0] + bases[lane.storage][1] / 2 for lane in timeline.lanes])
+    ax.set_yticklabels(lane_labels, fontsize=8)
+    ax.tick_params(axis="y", length=0)
+    step = max(1, math.ceil(0.14 / inch_per_position))  # a tick label needs about 0.14 inch
+    ticks = list(range(first, stop + 1, step))
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{timeline.names[t - first]} {t}" for t in ticks], rotation=90, fontsize=7.5)
+    ax.tick_params(axis="x", length=2, pad=2)
+    for t in ticks:
+        ax.axvline(t, color="#e3e3e3", lw=0.4, zorder=0.5)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    ax.set_xlabel("program order (node, position)", fontsize=8)
+    head = title or timeline.title
+    notes = list(timeline.notes)
+    fig.text(left_in / fig_w, 1 - 0.12 / fig_h, head, fontsize=10, fontweight="bold", va="top")
+    if notes:
+        fig.text(left_in / fig_w, 1 - 0.36 / fig_h, "; ".join(notes), fontsize=7.5, va="top", color="#444444")
+    legend = [
+        Line2D([], [], color=_READ, lw=1.2, marker="o", ms=3, label="read"),
+        Line2D([], [], color=WRITE_COLOUR, lw=2.2, marker="v", ms=4.5, label="write"),
+        Patch(facecolor=_PALETTE[0], edgecolor="#555555", label="value: bytes, definition to last use"),
+    ]
+    if any(sp.envelope is None for lane in timeline.lanes for sp in lane.spans):
+        legend.append(Patch(facecolor="none", edgecolor="#777777", hatch="xx", label="place unknown"))
+    if timeline.clones:
+        legend += [
+            Patch(facecolor=REMOVED_FILL, edgecolor="#2e7d32", hatch="///", label="clone removed"),
+            Patch(facecolor=KEPT_FILL, edgecolor="#b35900", label="clone kept"),
+            Line2D([], [], color=EVIDENCE_COLOUR, marker="*", ms=8, lw=0, label="evidence of a keep"),
+        ]
+    fig.legend(handles=legend, loc="upper right", ncol=len(legend), fontsize=7.5, frameon=False,
+               bbox_to_anchor=(1 - 0.3 / fig_w, 1 - 0.55 / fig_h))
+    return fig
+
+
+def save_timeline(figure_or_analysis: Figure | AliasAnalysis | Timeline, path: str | Path, **kwargs: Any) -> Path:
+    """Save a timeline as SVG or PNG (by ``path``'s suffix); returns the path.
+
+    ``figure_or_analysis`` is a figure from :func:`plot_timeline`, or what it
+    takes (with its keyword arguments in ``kwargs``).
+
+    Examples
+    --------
+    >>> import tempfile, torch, aliasing
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> a = aliasing.analyze(make_fx(lambda x: x * 2, tracing_mode="fake")(torch.zeros(4)))
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     save_timeline(a, f"{d}/t.svg").read_text()[:5]
+    '<?xml'
+    """
+    path = Path(path)
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in ("svg", "png"):
+        raise ValueError(f"save_timeline writes .svg or .png files, not {path.name!r}")
+    figure = figure_or_analysis if _is_figure(figure_or_analysis) else plot_timeline(figure_or_analysis, **kwargs)  # type: ignore[arg-type]
+    figure.savefig(path, format=suffix, dpi=110)  # type: ignore[union-attr]
+    return path
+
+
+def timeline_svg(source: AliasAnalysis | Timeline, **kwargs: Any) -> str:
+    """The timeline as an SVG document (text), for HTML pages.
+
+    Examples
+    --------
+    >>> import torch, aliasing
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> a = aliasing.analyze(make_fx(lambda x: x * 2, tracing_mode="fake")(torch.zeros(4)))
+    >>> "<svg" in timeline_svg(a)
+    True
+    """
+    buffer = io.StringIO()
+    plot_timeline(source, **kwargs).savefig(buffer, format="svg")
+    return str(buffer.getvalue())
+
+
+def _is_figure(obj: object) -> bool:
+    return type(obj).__name__ in ("Figure", "SubFigure") and hasattr(obj, "savefig")

@@ -1,0 +1,249 @@
+"""Real model graphs for the benchmarks: small GPT-2, Llama, BERT, ResNet and ViT models.
+
+Each model is written here with ``torch.nn`` (no downloads, no torchvision) at a
+size that gives graphs of roughly 150 to 1,000 nodes, and captured two ways:
+
+- ``export``: ``torch.export.export`` (training IR: ATen ops with in-place
+  updates of buffers, ``batch_norm`` in train mode);
+- ``post_grad``: the post-grad graph Inductor passes to
+  ``post_grad_custom_post_pass`` under ``torch.compile`` (functional ATen after
+  decomposition).
+
+``python -m benchmarks.models`` prints, per graph, the nodes and the median CPU
+time of ``aliasing.analyze`` in microseconds per node (target: at most 10), and
+writes ``benchmarks/results/models.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+import aliasing
+
+__all__ = ["MODELS", "capture_export", "capture_post_grad", "main", "time_analyze"]
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "models.json"
+#: Target of the real-model measure: analysis time per node, microseconds.
+TARGET_US_PER_NODE = 10.0
+
+
+class _RMSNorm(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class _LlamaBlock(nn.Module):
+    def __init__(self, dim: int = 64, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = _RMSNorm(dim), _RMSNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.out = nn.Linear(dim, dim, bias=False)
+        self.gate, self.up = nn.Linear(dim, 2 * dim, bias=False), nn.Linear(dim, 2 * dim, bias=False)
+        self.down = nn.Linear(2 * dim, dim, bias=False)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
+        q, k, v = (y.view(b, t, self.heads, d // self.heads).transpose(1, 2) for y in (q, k, v))
+
+        def rotate(y: Tensor) -> Tensor:
+            y1, y2 = y.chunk(2, dim=-1)
+            return torch.cat((y1 * cos - y2 * sin, y1 * sin + y2 * cos), dim=-1)
+
+        att = torch.nn.functional.scaled_dot_product_attention(rotate(q), rotate(k), v, is_causal=True)
+        x = x + self.out(att.transpose(1, 2).reshape(b, t, d))
+        h = self.norm2(x)
+        return x + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, layers: int = 4, dim: int = 64, heads: int = 4) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(_LlamaBlock(dim, heads) for _ in range(layers))
+        self.head_dim = dim // heads
+
+    def forward(self, x: Tensor) -> Tensor:
+        t = x.shape[1]
+        angles = torch.arange(t, dtype=x.dtype)[:, None] * torch.arange(self.head_dim // 2, dtype=x.dtype)[None]
+        cos, sin = angles.cos(), angles.sin()
+        for block in self.blocks:
+            x = block(x, cos, sin)
+        return x
+
+
+class _GPT2Block(nn.Module):
+    def __init__(self, dim: int = 64, heads: int = 4) -> None:
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT2(nn.Module):
+    def __init__(self, layers: int = 4, dim: int = 64, vocab: int = 100) -> None:
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, dim), nn.Embedding(64, dim)
+        self.blocks = nn.Sequential(*(_GPT2Block(dim) for _ in range(layers)))
+        self.ln = nn.LayerNorm(dim)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1]))
+        return self.ln(self.blocks(x)) @ self.wte.weight.t()
+
+
+class BERT(nn.Module):
+    def __init__(self, layers: int = 4, dim: int = 64, vocab: int = 100) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        layer = nn.TransformerEncoderLayer(dim, 4, 2 * dim, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.pool = nn.Linear(dim, dim)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        h = self.encoder(self.embed(ids))
+        return torch.tanh(self.pool(h[:, 0]))
+
+
+class _BasicBlock(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels)
+        self.conv2, self.bn2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(x + self.bn2(self.conv2(y)))
+
+
+class ResNet(nn.Module):
+    def __init__(self, blocks: int = 8, channels: int = 8) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels), nn.ReLU())
+        self.body = nn.Sequential(*(_BasicBlock(channels) for _ in range(blocks)))
+        self.fc = nn.Linear(channels, 10)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc(self.body(self.stem(x)).mean((2, 3)))
+
+
+class ViT(nn.Module):
+    def __init__(self, layers: int = 4, dim: int = 64, patch: int = 4) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, patch, stride=patch)
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        layer = nn.TransformerEncoderLayer(dim, 4, 2 * dim, dropout=0.0, batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x: Tensor) -> Tensor:
+        tokens = self.patch(x).flatten(2).transpose(1, 2)
+        tokens = torch.cat((self.cls.expand(x.shape[0], -1, -1), tokens), dim=1)
+        return self.head(self.encoder(tokens)[:, 0])
+
+
+#: name -> (model factory in train mode, example inputs)
+MODELS: dict[str, tuple[Callable[[], nn.Module], Callable[[], tuple[Tensor, ...]]]] = {
+    "gpt2": (lambda: GPT2().train(), lambda: (torch.randint(0, 100, (2, 16)),)),
+    "llama": (lambda: Llama().train(), lambda: (torch.randn(2, 16, 64),)),
+    "bert": (lambda: BERT().train(), lambda: (torch.randint(0, 100, (2, 16)),)),
+    "resnet": (lambda: ResNet().train(), lambda: (torch.randn(2, 3, 16, 16),)),
+    "vit": (lambda: ViT().train(), lambda: (torch.randn(2, 3, 16, 16),)),
+}
+
+
+def capture_export(name: str) -> torch.fx.GraphModule:
+    """The ``torch.export`` graph module of model ``name``."""
+    make, inputs = MODELS[name]
+    return torch.export.export(make(), inputs()).graph_module
+
+
+def capture_post_grad(name: str) -> torch.fx.Graph:
+    """The post-grad graph Inductor hands to ``post_grad_custom_post_pass`` for model ``name`` (inference)."""
+    from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
+
+    captured: list[torch.fx.Graph] = []
+
+    class Capture(CustomGraphPass):
+        def __call__(self, graph: torch.fx.Graph) -> None:
+            captured.append(copy.deepcopy(graph))
+
+        def uuid(self) -> bytes:
+            return get_hash_for_files((__file__,)) + name.encode()
+
+    make, inputs = MODELS[name]
+    model = make().eval()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, options={"post_grad_custom_post_pass": Capture(), "fx_graph_cache": False})
+    with torch.no_grad():
+        compiled(*inputs())
+    if not captured:
+        raise RuntimeError(f"no post-grad graph captured for {name}")
+    return captured[-1]
+
+
+def time_analyze(target: torch.fx.GraphModule | torch.fx.Graph, repeats: int) -> dict[str, Any]:
+    """Median CPU time of ``aliasing.analyze(target)`` over ``repeats`` runs, and per node."""
+    graph = target.graph if isinstance(target, torch.fx.GraphModule) else target
+    nodes = len(graph.nodes)
+    runs = []
+    for _ in range(repeats):
+        start = time.process_time()
+        aliasing.analyze(target)
+        runs.append(time.process_time() - start)
+    median = statistics.median(runs)
+    return {"nodes": nodes, "median_s": median, "us_per_node": median / nodes * 1e6, "runs_s": [round(r, 5) for r in runs]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Capture every model both ways, time the analysis, print the table and write the JSON."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks.models", description=__doc__.split("\n")[0])
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--models", default=",".join(MODELS), help="comma-separated names")
+    p.add_argument("--no-post-grad", action="store_true", help="skip the torch.compile captures (slow)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = p.parse_args(argv)
+    rows = []
+    for name in args.models.split(","):
+        captures: list[tuple[str, Callable[[], torch.fx.GraphModule | torch.fx.Graph]]] = [
+            ("export", lambda name=name: capture_export(name))
+        ]
+        if not args.no_post_grad:
+            captures.append(("post_grad", lambda name=name: capture_post_grad(name)))
+        for kind, capture in captures:
+            print(f"capturing {name} ({kind})", file=sys.stderr, flush=True)
+            row = {"model": name, "graph": kind, **time_analyze(capture(), args.repeats)}
+            rows.append(row)
+    print("| model | graph | nodes | analyze (ms, CPU median) | us per node |")
+    print("|---|---|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['model']} | {r['graph']} | {r['nodes']} | {r['median_s'] * 1000:.2f} | {r['us_per_node']:.1f} |")
+    worst = max(r["us_per_node"] for r in rows)
+    print(f"worst: {worst:.1f} us per node (target <= {TARGET_US_PER_NODE:.0f}): {'MET' if worst <= TARGET_US_PER_NODE else 'NOT MET'}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"target_us_per_node": TARGET_US_PER_NODE, "graphs": rows}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

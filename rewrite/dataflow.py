@@ -1,0 +1,382 @@
+"""What the copy planner derives from an analysis: dead readers, element-exact ops, layouts.
+
+Pure functions of an :class:`~aliasing.AliasAnalysis` and of the graph it
+describes; nothing here changes a graph or its metadata. The planner
+(:mod:`rewrite.planner`) cites them in conditions C1-C5 and C10:
+
+- *liveness* (:func:`dead_readers`): a node whose result reaches nothing
+  (no write, no use by a node that is not dead itself) reads nothing that
+  matters, unless a value it reads can make it (or a dead node after it)
+  raise: indexing with tensor indices, ``item``, asserts, integer division,
+  anything this module does not list as safe (:func:`may_raise_on_values`);
+- *element-exact effects* (:func:`is_elementwise`, :func:`writes_all_of`,
+  :func:`write_only_args`): ops that read element ``i`` of each input to
+  write element ``i`` of their output (pointwise ops in place or with
+  ``out=``, ``copy_``, ``zero_``, ``fill_``), which write every element of
+  their destination (a proven full overwrite, a *kill*), and whose
+  destination's old value they do not read;
+- *layout observability* (:func:`layout_observer`): whether any consumer of a
+  value would notice that its strides or storage offset changed.
+
+Everything not listed here is answered conservatively: an unlisted op may
+raise on any value, is not elementwise, writes only part of what it writes,
+reads its destination, and observes layouts.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+from aliasing import AliasAnalysis
+from aliasing.facts import TensorFacts
+from aliasing.resolve import resolve_overload
+
+__all__ = [
+    "dead_readers",
+    "is_elementwise",
+    "layout_observer",
+    "may_raise_on_values",
+    "non_overlapping",
+    "op_of",
+    "write_only_args",
+    "writes_all_of",
+]
+
+_POINTWISE = torch.Tag.pointwise
+_INPLACE = torch.Tag.inplace
+_OUT = torch.Tag.out
+
+#: Ops that write every element of their first argument without reading its old value.
+_FILLS = frozenset({"aten::copy_", "aten::zero_", "aten::fill_"})
+
+#: Non-pointwise ops that cannot raise because of the values they read (shapes fixed by the trace).
+_VALUE_SAFE = frozenset(
+    "aten::" + name
+    for name in [
+        "clone", "_to_copy", "copy_", "contiguous", "sum", "mean", "amax", "amin", "prod", "var", "std",
+        "var_mean", "std_mean", "norm", "linalg_vector_norm", "_softmax", "_log_softmax", "softmax",
+        "log_softmax", "cumsum", "cumprod", "mm", "bmm", "addmm", "matmul", "baddbmm", "dot", "cat", "stack",
+        "repeat", "constant_pad_nd", "native_batch_norm", "_native_batch_norm_legit",
+        "_native_batch_norm_legit_functional", "native_layer_norm", "instance_norm", "batch_norm",
+        "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "size", "stride", "numel", "dim",
+        "empty_like", "zeros_like", "ones_like", "full_like", "new_empty", "new_zeros", "new_ones", "new_full",
+    ]
+)
+
+#: Views whose element correspondence does not depend on strides (they never raise on a layout).
+_LAYOUT_FREE_VIEWS = frozenset(
+    "aten::" + name
+    for name in [
+        "slice", "select", "narrow", "transpose", "permute", "t", "unsqueeze", "squeeze", "expand", "expand_as",
+        "diagonal", "alias", "detach", "split", "split_with_sizes", "chunk", "unbind", "unfold", "movedim",
+        "tensor_split", "swapaxes", "swapdims",
+    ]
+)
+
+#: Reductions: their values may follow strides (summation order), but they never raise on a layout.
+_REDUCTIONS = frozenset(
+    "aten::" + name
+    for name in ["sum", "mean", "amax", "amin", "prod", "var", "std", "norm", "linalg_vector_norm", "cumsum"]
+)
+
+#: Metadata reads that a change of strides or storage offset leaves unchanged.
+_SIZE_ONLY = frozenset({"aten::sym_size", "aten::sym_numel", "aten::size", "aten::numel", "aten::dim"})
+
+#: Copies whose output layout the planner recomputes (with the pointwise ops).
+_COPIES = frozenset({"aten::clone", "aten::_to_copy"})
+
+
+def op_of(node: torch.fx.Node) -> torch._ops.OpOverload | None:
+    """The ATen (or custom) overload a call node stands for, or None (getitem, Python callables, HOPs)."""
+    if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+        return node.target
+    if node.op in ("call_function", "call_method"):
+        return resolve_overload(node)
+    return None
+
+
+def _name(op: torch._ops.OpOverload | None) -> str:
+    return op._schema.name if op is not None else ""
+
+
+def _arg_nodes(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """Every node among the arguments, with repeats, in order."""
+    found: list[torch.fx.Node] = []
+    torch.fx.map_arg((node.args, node.kwargs), lambda n: found.append(n) or n)  # type: ignore[func-returns-value]
+    return found
+
+
+def _floating(facts: TensorFacts | None) -> bool:
+    return facts is not None and (facts.dtype.is_floating_point or facts.dtype.is_complex)
+
+
+def may_raise_on_values(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
+    """Whether ``node`` could raise depending on the values (not the shapes) it reads.
+
+    False only for ops known not to: pointwise ops on floating-point tensors
+    (integer division and powers raise on some integers), views, copies,
+    reductions, products, concatenation, normalisation, metadata reads, and
+    ``getitem`` of a tuple or with constant indices. True for the rest
+    (indexing with tensor indices, ``item``, asserts, data-dependent shapes,
+    custom and unknown ops).
+    """
+    if node.op == "call_function" and node.target is operator.getitem:
+        return any(isinstance(a, torch.fx.Node) for a in node.args[1:])
+    op = op_of(node)
+    if op is None:
+        return True
+    name = _name(op)
+    if name in _VALUE_SAFE or name in _LAYOUT_FREE_VIEWS or name in ("aten::view", "aten::_unsafe_view", "aten::reshape"):
+        return False
+    if _POINTWISE in op.tags:
+        return not all(_floating(analysis.facts_of(a)) for a in _arg_nodes(node))
+    return True
+
+
+def dead_readers(analysis: AliasAnalysis) -> frozenset[torch.fx.Node]:
+    """Nodes whose reads cannot affect the program: dead, and unable to raise on what they read.
+
+    A node is dead when it writes nothing, is not opaque, and every user of
+    its result is dead (so nothing it computes reaches an output, memory, or
+    an op that may raise). A dead node still counts as a reader when it, or a
+    dead node its result flows into, may raise depending on values
+    (:func:`may_raise_on_values`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> from aliasing import analyze
+    >>> def f(x):
+    ...     unused = x.sum()
+    ...     return x + 1
+    >>> gm = make_fx(f, tracing_mode="fake")(torch.randn(3))
+    >>> sorted(n.name for n in dead_readers(analyze(gm)))
+    ['sum_1']
+    """
+    dead: set[torch.fx.Node] = set()
+    relevant: set[torch.fx.Node] = set()  # dead nodes whose values may reach a raise
+    for node in reversed(analysis.nodes):
+        if node.op not in ("call_function", "call_method"):
+            continue
+        effect = analysis.effect_of(node)
+        if effect is None or effect.unknown or effect.writes:
+            continue
+        if not all(u in dead for u in node.users):
+            continue
+        dead.add(node)
+        if may_raise_on_values(analysis, node) or any(u in relevant for u in node.users):
+            relevant.add(node)
+    return frozenset(dead - relevant)
+
+
+def is_elementwise(node: torch.fx.Node) -> bool:
+    """Whether element ``i`` of what ``node`` writes depends only on element ``i`` of same-shaped inputs.
+
+    True for pointwise ops (in place, with ``out=``, or functional), ``copy_``,
+    ``zero_`` and ``fill_``: if such an op reads exactly the region it writes,
+    each element is read before it is written, whatever the memory order.
+    """
+    op = op_of(node)
+    return op is not None and (_POINTWISE in op.tags or _name(op) in _FILLS)
+
+
+def _destinations(node: torch.fx.Node, op: torch._ops.OpOverload) -> list[torch.fx.Node]:
+    """The arguments an elementwise op writes in full: ``self`` of in-place ops and fills, ``out=``."""
+    name = _name(op)
+    if name in _FILLS or (_INPLACE in op.tags and _POINTWISE in op.tags):
+        first = node.args[0] if node.args else node.kwargs.get("self")
+        return [first] if isinstance(first, torch.fx.Node) else []
+    if _OUT in op.tags and _POINTWISE in op.tags:
+        out = node.kwargs.get("out")
+        return [out] if isinstance(out, torch.fx.Node) else []
+    return []
+
+
+def writes_all_of(node: torch.fx.Node, value: torch.fx.Node) -> bool:
+    """Whether ``node`` provably writes every element of ``value`` (a full overwrite: a kill).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> gm = make_fx(lambda x: x[0].zero_(), tracing_mode="fake")(torch.randn(2, 3))
+    >>> zero, view = [n for n in gm.graph.nodes if n.name == "zero_"][0], gm.graph.find_nodes(op="call_function")[0]
+    >>> writes_all_of(zero, view)
+    True
+    """
+    op = op_of(node)
+    return op is not None and value in _destinations(node, op)
+
+
+def write_only_args(node: torch.fx.Node) -> frozenset[torch.fx.Node]:
+    """Arguments ``node`` writes without reading their old values (``copy_``'s and fills' ``self``,
+    ``out=`` of pointwise ops), unless the same value is also passed as an input."""
+    op = op_of(node)
+    if op is None:
+        return frozenset()
+    if _name(op) not in _FILLS and not (_OUT in op.tags and _POINTWISE in op.tags):
+        return frozenset()  # an in-place op reads what it writes
+    dests = _destinations(node, op)
+    if not dests:
+        return frozenset()
+    passed = _arg_nodes(node)
+    return frozenset(d for d in dests if passed.count(d) == 1)
+
+
+def non_overlapping(facts: TensorFacts) -> bool:
+    """True when no two elements of the value share memory (provably, with concrete strides)."""
+    dims = []
+    for n, s in zip(facts.sizes, facts.strides):
+        if type(n) is not int or type(s) is not int:
+            return False
+        if n > 1:
+            dims.append((s, n))
+    reach = 0
+    for s, n in sorted(dims):
+        if s <= reach:
+            return False
+        reach += s * (n - 1)
+    return True
+
+
+# --------------------------------------------------------------------------- layouts
+
+
+Layout = tuple[tuple[int, ...], tuple[int, ...], int, torch.dtype]
+
+
+def _layout(facts: TensorFacts | None) -> Layout | None:
+    if facts is None or not facts.is_strided:
+        return None
+    parts = (*facts.sizes, *facts.strides, facts.storage_offset)
+    if any(type(p) is not int for p in parts):
+        return None
+    return tuple(facts.sizes), tuple(facts.strides), int(facts.storage_offset), facts.dtype  # type: ignore[return-value]
+
+
+def _meta(layout: Layout, device: torch.device) -> torch.Tensor:
+    sizes, strides, offset, dtype = layout
+    span = 0 if 0 in sizes else 1 + sum((n - 1) * s for n, s in zip(sizes, strides))
+    return torch.empty(offset + span, dtype=dtype, device="meta").as_strided(sizes, strides, offset)
+
+
+def simulate(
+    analysis: AliasAnalysis, node: torch.fx.Node, substitute: dict[torch.fx.Node, TensorFacts]
+) -> Layout | None:
+    """The layout ``node``'s result would have if the values in ``substitute`` had those facts.
+
+    The op runs on meta tensors built from the facts of its arguments (None
+    when any is symbolic, unknown or not strided, or the op fails there).
+    """
+    op = op_of(node)
+    if op is None:
+        return None
+    missing = False
+
+    def tensor(arg: torch.fx.Node) -> Any:
+        nonlocal missing
+        facts = substitute.get(arg) or analysis.facts_of(arg)
+        layout = _layout(facts)
+        if layout is None or facts is None:
+            missing = True
+            return None
+        return _meta(layout, facts.device)
+
+    args, kwargs = torch.fx.map_arg((node.args, node.kwargs), tensor)
+    if missing:
+        return None
+    try:
+        with torch.no_grad():
+            result = op(*args, **kwargs)
+    except Exception:  # an op without a meta kernel, or arguments it rejects: unknown
+        return None
+    if not isinstance(result, torch.Tensor):
+        return None
+    return tuple(result.shape), tuple(result.stride()), result.storage_offset(), result.dtype
+
+
+def layout_observer(
+    analysis: AliasAnalysis,
+    value: torch.fx.Node,
+    new_facts: TensorFacts,
+    users: Callable[[torch.fx.Node], Sequence[torch.fx.Node]],
+    dead: Iterable[torch.fx.Node] = (),
+) -> torch.fx.Node | None:
+    """The first consumer of ``value`` that would notice it taking ``new_facts``' layout (None: none would).
+
+    ``value``'s dtype, device and sizes stay; only strides and storage offset
+    change. ``users(n)`` gives the nodes that use ``n`` once the planner's
+    earlier removals are applied. A consumer does not observe the change when:
+
+    (a) it makes a fresh value elementwise or by copying (pointwise ops,
+        ``clone``, ``_to_copy``) whose layout, recomputed on meta tensors, is
+        the one its metadata records;
+    (b) it writes ``value`` elementwise in full (pointwise in place, ``copy_``,
+        fills, ``out=``), ``new_facts`` has no internal overlap, and nothing
+        uses its result (that result would carry the old layout);
+    (c) it reads ``value`` as an input of an elementwise op that writes
+        another value (``copy_``'s source, an operand of an in-place op);
+    (d) it reads sizes only (``sym_size``, ``numel``);
+    (e) it is a view whose elements do not depend on strides (slices,
+        transposes, splits...) and nothing uses it;
+    (f) it is a dead op that cannot raise on a layout (pointwise ops,
+        reductions, copies) and nothing uses it.
+
+    Anything else observes: the output node (an output's recorded layout),
+    stride reads, ``view``/``reshape``/``as_strided``, reductions whose result
+    is used (their summation order follows strides), custom and unknown ops.
+    """
+    dead_set = frozenset(dead)
+    new_layout = _layout(new_facts)
+    if new_layout is None:
+        return value
+    for user in users(value):
+        if not _unobserved(analysis, user, value, new_facts, users, dead_set):
+            return user
+    return None
+
+
+def _unobserved(
+    analysis: AliasAnalysis,
+    user: torch.fx.Node,
+    value: torch.fx.Node,
+    new_facts: TensorFacts,
+    users: Callable[[torch.fx.Node], Sequence[torch.fx.Node]],
+    dead: frozenset[torch.fx.Node],
+) -> bool:
+    if user.op == "output" or analysis.is_unknown(user):
+        return False
+    if user.op == "call_function" and user.target is operator.getitem:
+        return False  # indexing the value itself (a torch-level graph): strides may matter
+    op = op_of(user)
+    if op is None or op.namespace != "aten":
+        return False
+    name = _name(op)
+    effect = analysis.effect_of(user)
+    writes = effect.writes if effect is not None else ()
+    used = bool(users(user))
+    if name in _SIZE_ONLY:  # (d)
+        return True
+    if value in _destinations(user, op):  # (b)
+        return not used and non_overlapping(new_facts)
+    if value in writes:
+        return False  # written, but not elementwise in full
+    if is_elementwise(user) and writes:  # (c) an input of an op writing something else
+        return True
+    if (_POINTWISE in op.tags or name in _COPIES) and not writes:  # (a)
+        recorded = _layout(analysis.facts_of(user))
+        if recorded is not None and simulate(analysis, user, {value: new_facts}) == recorded:
+            return True
+    if name in _LAYOUT_FREE_VIEWS:  # (e)
+        if analysis.facts_of(user) is None:  # a tuple of views: no getitem of it may be used
+            return all(u.op == "call_function" and u.target is operator.getitem and not users(u) for u in users(user))
+        return not used
+    if user in dead and not used:  # (f)
+        return _POINTWISE in op.tags or name in _COPIES or name in _REDUCTIONS
+    return False

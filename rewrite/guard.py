@@ -1,0 +1,1030 @@
+"""The hazard guard: restore eager semantics where Inductor's own later passes would break them.
+
+Pure FX analysis and rewriting (this module does not import ``torch._inductor``;
+:mod:`rewrite.inductor` runs it and tells it what it needs to know about
+Inductor in an :class:`InductorModel`). A rewrite is judged against eager
+execution, not against stock Inductor: the guard adds the least copying that
+makes Inductor's result right, and nothing where none of the hazards is present.
+
+Inductor 2.13's pipeline, as far as the guard relies on it: the joint graph's
+``remove_noop_ops`` replaces every ``clone``/``copy``/``alias`` whose fake
+value has the source's sizes, strides and dtype by its source (storage offset
+and later mutations are ignored); after the post-grad hooks,
+``reinplace_inplaceable_ops`` turns ``index_put``, ``_unsafe_index_put`` and
+the scatters (``slice/select/diagonal/as_strided_scatter``, canonicalised to
+one generalized scatter) into in-place writes of their first argument, then
+the graph is lowered and scheduled. The hazards, numbered (docs/DESIGN.md and
+the reports cite them):
+
+H1 stale input read (``remove_noop_ops``): in a functional post-grad graph
+   every write of a graph input is a ``copy_`` write-back at the end, and any
+   read of the input's placeholder means its value *before* the program. A
+   write-back that reads an input (through its placeholder or views of it)
+   after that input's own write-back is what a dropped copy leaves behind
+   (pytorch/pytorch#198131); Inductor would copy the new value. Fix: move the
+   reading write-back before the first write-back it reads stale (free); when
+   that would break another read (two inputs copied into each other), clone
+   what it reads before that write-back.
+H2 in-placed result overwritten: Inductor writes a scatter or ``index_put``
+   whose first argument is an input ``M`` in place into ``M`` whenever some
+   write-back into ``M`` exists; when that write-back copies another value and
+   the result is used after it (returned, read later), the result is
+   overwritten (#198094). Fix: clone ``M`` as the op's first argument (the op
+   then writes the copy; eager copies ``M`` there too).
+H3 in-placed result returned: the same op, when its result is also copied back
+   into ``M`` (the write-back is then dropped) and returned, makes the output
+   an alias of the input (#195451). Fix: return a clone of the result.
+H4 write-back reading the in-placed result elsewhere: after the in-place op,
+   ``M`` is written a second time by its write-back, whose value reads the
+   op's result at other positions (a flip, a shifted view, a gather); Inductor
+   fuses that read into the loop that writes ``M`` and reads values it already
+   overwrote (#198270: its write-after-read tracking misses a buffer mutated
+   twice). Fix: as for H2, the op writes a clone of ``M``.
+H5 overlapping scatter source: a scatter Inductor will do in place whose
+   source overlaps (but is not exactly) the region it writes becomes one copy
+   loop reading what it overwrites (#197829: ``x[1:] = x[:-1].clone()`` after
+   the clone was dropped). Fix: clone the source.
+H6 dtype view read before a later write: a view that changes the element size
+   (or a complex view) is lowered as an aliasing extern kernel, and its readers
+   are not ordered before a later write of the viewed memory (#198101). Fix:
+   take the view of a clone of its base.
+H7 offset-changing clone (joint graph, before ``remove_noop_ops``): a clone
+   whose source has another storage offset but equal sizes and strides is
+   dropped although an opaque op (a custom op) may observe the offset
+   (#197489). Fix: spell the clone ``aten.as_strided_copy`` of the same
+   layout, which the no-op removal does not know (a copy all the same).
+
+Every guard clone is a plain ``aten.clone`` (H7: ``as_strided_copy``) with
+the exact layout of its source; an FX clone whose source is written later is
+materialised by Inductor. Read literally on the FX graph a guard clone is
+removable, so the clone elimination must be told to keep them
+(:attr:`GuardReport.clones`). Each rewrite is reported (:class:`Guarded`):
+the hazard, where, and the bytes it copies.
+
+Example
+-------
+>>> import torch
+>>> from torch.fx.experimental.proxy_tensor import make_fx
+>>> def post_grad(dst, src):  # what Inductor's hook sees for ``dst[:] = src; src.add_(1)``
+...     src.copy_(src + 1)
+...     dst.copy_(src)        # reads src after its write-back: the old value was meant
+>>> gm = make_fx(post_grad, tracing_mode="fake")(torch.zeros(3), torch.ones(3))
+>>> report = guard_stale_reads(gm.graph)
+>>> [(g.hazard.code, g.action, g.nbytes) for g in report.guarded]
+[('H1', 'reorder', 0)]
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import operator
+from collections.abc import Callable, Collection, Iterable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+import torch
+import torch.fx
+
+from aliasing import AliasAnalysis, analyze
+from aliasing.effects import SINGLE
+from aliasing.facts import known_equal, meta_value
+from aliasing.regions import Region, regions_may_overlap
+from rewrite.lowering.builder import Builder, LoweringSkip, fake_mode, recompile, replay, static_int, storage_key, view_chain
+
+__all__ = [
+    "Guarded",
+    "GuardReport",
+    "Hazard",
+    "InductorModel",
+    "Reinplacing",
+    "guard_inductor_hazards",
+    "guard_joint_graph",
+    "guard_stale_reads",
+    "predict_reinplacing",
+]
+
+log = logging.getLogger(__name__)
+
+aten = torch.ops.aten
+
+
+class Hazard(str, enum.Enum):
+    """A way Inductor's later passes would break eager semantics (the module docstring's H1-H7)."""
+
+    STALE_INPUT_READ = "stale-input-read"
+    OVERWRITTEN_RESULT = "in-placed-result-overwritten"
+    ESCAPING_RESULT = "in-placed-result-returned"
+    WRITE_BACK_READS_ELSEWHERE = "write-back-reads-in-placed-result-elsewhere"
+    OVERLAPPING_SOURCE = "scatter-source-overlaps-destination"
+    DTYPE_VIEW_READ_LATE = "dtype-view-read-before-base-write"
+    OFFSET_CLONE_DROPPED = "offset-changing-clone-dropped"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def code(self) -> str:
+        """``H1``..``H7``."""
+        return _CODE[self]
+
+    @property
+    def description(self) -> str:
+        """One line: what goes wrong without the guard."""
+        return _DESCRIPTION[self]
+
+
+_CODE = {h: f"H{i + 1}" for i, h in enumerate(Hazard)}
+
+_DESCRIPTION = {
+    Hazard.STALE_INPUT_READ: "a write-back reads an input after that input's own write-back "
+    "(a copy remove_noop_ops dropped); Inductor would copy the new value",
+    Hazard.OVERWRITTEN_RESULT: "Inductor writes the op into a graph input whose write-back then "
+    "overwrites the result, which is still used",
+    Hazard.ESCAPING_RESULT: "Inductor writes the op into a graph input and returns that input as the result",
+    Hazard.WRITE_BACK_READS_ELSEWHERE: "the input is written by the in-placed op and again by its write-back, "
+    "which reads the op's result at other positions in the same loop",
+    Hazard.OVERLAPPING_SOURCE: "the in-placed scatter copies a source that overlaps the region it writes",
+    Hazard.DTYPE_VIEW_READ_LATE: "readers of an aliasing dtype view are not ordered before a later write of its base",
+    Hazard.OFFSET_CLONE_DROPPED: "remove_noop_ops drops a clone that changes the storage offset an opaque op may observe",
+}
+
+Action = Literal["reorder", "clone"]
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """One hazard the guard removed.
+
+    ``node`` is where: the node whose inputs were protected (the reader, the
+    scatter, the write-back). ``action`` is ``"reorder"`` (``created`` names
+    the nodes moved, no copy) or ``"clone"`` (``created`` names the copies).
+    ``nbytes`` is what the copies allocate (0 for a reorder, None when the
+    size is symbolic). ``evidence`` names the nodes that make the hazard.
+    """
+
+    hazard: Hazard
+    node: str
+    action: Action
+    created: tuple[str, ...]
+    nbytes: int | None
+    evidence: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One line for logs and reports."""
+        cost = "symbolic size" if self.nbytes is None else f"{self.nbytes} B"
+        what = "moved" if self.action == "reorder" else "cloned"
+        ev = f" (evidence: {', '.join(self.evidence)})" if self.evidence else ""
+        return f"{self.hazard.code} {self.hazard}: {self.action} at {self.node}, {what} {', '.join(self.created)}; {cost}{ev}"
+
+
+@dataclass(frozen=True)
+class GuardReport:
+    """What one guard stage did: the hazards it removed, in order, and any failure."""
+
+    guarded: tuple[Guarded, ...] = ()
+    error: str | None = None
+
+    @property
+    def clones(self) -> tuple[str, ...]:
+        """Names of the copies the guard created (the clone elimination must keep them)."""
+        return tuple(c for g in self.guarded if g.action == "clone" for c in g.created)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the guard's copies allocate (symbolic sizes not counted)."""
+        return sum(g.nbytes or 0 for g in self.guarded)
+
+    @property
+    def hazards(self) -> tuple[str, ...]:
+        """The hazard codes guarded, in order (repeats kept)."""
+        return tuple(g.hazard.code for g in self.guarded)
+
+    def merged(self, other: GuardReport) -> GuardReport:
+        """This report followed by ``other``."""
+        errors = [e for e in (self.error, other.error) if e]
+        return GuardReport(self.guarded + other.guarded, "; ".join(errors) or None)
+
+    def summary(self) -> str:
+        """One line: how many hazards, which, and the bytes copied."""
+        if not self.guarded:
+            text = "fx-aliasing guard: no hazard"
+        else:
+            codes = ", ".join(f"{g.hazard.code} {g.action} at {g.node}" for g in self.guarded)
+            symbolic = any(g.nbytes is None for g in self.guarded)
+            text = (
+                f"fx-aliasing guard: {len(self.guarded)} hazard(s) guarded ({codes}); "
+                f"{len(self.clones)} copy(ies), {self.nbytes} B{' + symbolic sizes' if symbolic else ''}"
+            )
+        if self.error:
+            text += f"; error: {self.error}"
+        return text
+
+    def __str__(self) -> str:
+        return "\n".join([self.summary(), *(f"  {g.describe()}" for g in self.guarded)])
+
+
+@dataclass(frozen=True)
+class InductorModel:
+    """What the guard assumes about Inductor's passes after the post-grad hook.
+
+    ``realizing_targets``: ops whose inputs Inductor always realizes
+    (``torch._inductor.lowering.needs_realized_inputs``); ``fallback_targets``:
+    ops lowered as extern kernels (``torch._inductor.lowering.fallbacks``).
+    Both feed the scatter condition of :func:`predict_reinplacing` (R4).
+    :mod:`rewrite.inductor` fills them from the installed Inductor; the empty
+    default treats every op as fusible.
+    """
+
+    realizing_targets: frozenset[Any] = frozenset()
+    fallback_targets: frozenset[Any] = frozenset()
+
+    def realizes_inputs(self, target: Any) -> bool:
+        """True when ``target`` (an op overload or packet) always realizes its inputs."""
+        return target in self.realizing_targets or getattr(target, "overloadpacket", None) in self.realizing_targets
+
+    def is_fallback(self, target: Any) -> bool:
+        """True when ``target`` is lowered as an extern (fallback) kernel."""
+        return target in self.fallback_targets
+
+
+# ---------------------------------------------------------------------------
+# helpers over the analysis
+
+_SCATTER_VIEWS: dict[Any, Any] = {
+    aten.slice_scatter.default: aten.slice.Tensor,
+    aten.select_scatter.default: aten.select.int,
+    aten.diagonal_scatter.default: aten.diagonal.default,
+    aten.as_strided_scatter.default: aten.as_strided.default,
+}
+_INDEX_PUTS = frozenset({aten.index_put.default, aten._unsafe_index_put.default})
+#: Scatters Inductor always lowers as a mutation (``_ALWAYS_MUTATING_SCATTER_OPS``' views).
+_ALWAYS_MUTATING = frozenset({aten.diagonal_scatter.default, aten.as_strided_scatter.default})
+_META_ONLY = frozenset(
+    {aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default}
+)
+#: Ops that read their input at positions other than the ones they produce (H4's remapping reads).
+_REMAPPING = frozenset(
+    {
+        torch.ops.prims.rev.default,
+        aten.flip.default,
+        aten.roll.default,
+        aten.index.Tensor,
+        aten._unsafe_index.Tensor,
+        aten.index_select.default,
+        aten.gather.default,
+        aten.cat.default,
+        aten.constant_pad_nd.default,
+        aten.repeat.default,
+        aten.embedding.default,
+        aten.take_along_dim.default,
+        aten.tril.default,
+        aten.triu.default,
+        *_SCATTER_VIEWS,
+        *_INDEX_PUTS,
+    }
+)
+
+
+def _is_pre_existing(n: object) -> bool:
+    return isinstance(n, torch.fx.Node) and n.op in ("placeholder", "get_attr")
+
+
+def _is_write_back(n: torch.fx.Node) -> bool:
+    """``copy_(P, s)`` into a graph input or constant: a functionalization write-back."""
+    return (
+        n.op == "call_function"
+        and n.target is aten.copy_.default
+        and len(n.args) >= 2
+        and _is_pre_existing(n.args[0])
+        and isinstance(n.args[1], torch.fx.Node)
+    )
+
+
+def _alias_source(a: AliasAnalysis, n: torch.fx.Node) -> torch.fx.Node | None:
+    """The one argument whose memory ``n``'s value lives in (a view, an in-place result); None if fresh."""
+    if n.op != "call_function":
+        return None
+    if n.target is operator.getitem:
+        src = n.args[0]
+        if not isinstance(src, torch.fx.Node):
+            return None
+        e = a.effect_of(src)
+        srcs = () if e is None or e.unknown else e.outputs.get(n.args[1], ())
+    else:
+        e = a.effect_of(n)
+        srcs = () if e is None or e.unknown else e.outputs.get(SINGLE, ())
+    return srcs[0] if len(srcs) == 1 else None
+
+
+def _is_pure_view(a: AliasAnalysis, n: torch.fx.Node) -> bool:
+    """A view: aliases one argument, reads and writes nothing."""
+    e = a.effect_of(n)
+    return e is not None and not e.unknown and not e.reads and not e.writes and _alias_source(a, n) is not None
+
+
+def _view_root(a: AliasAnalysis, x: torch.fx.Node) -> torch.fx.Node:
+    """The top of ``x``'s chain of pure views."""
+    node = x
+    while _is_pure_view(a, node):
+        src = _alias_source(a, node)
+        if src is None:
+            break
+        node = src
+    return node
+
+
+def _views_of(a: AliasAnalysis, v: torch.fx.Node) -> list[torch.fx.Node]:
+    """``v`` and every pure view made from it (transitively), in graph order."""
+    out = [v]
+    seen = {v}
+    i = 0
+    while i < len(out):
+        for u in out[i].users:
+            if u not in seen and _is_pure_view(a, u) and _alias_source(a, u) is out[i]:
+                seen.add(u)
+                out.append(u)
+        i += 1
+    return sorted(out, key=a.position)
+
+
+def _reads(a: AliasAnalysis, n: torch.fx.Node) -> tuple[torch.fx.Node, ...]:
+    """The values ``n`` reads the data of (the output node reads what it returns)."""
+    if n.op == "output":
+        return tuple(x for x in n.all_input_nodes)
+    e = a.effect_of(n)
+    if e is None:
+        return ()
+    return e.reaches if e.unknown else e.reads
+
+
+def _tensor(n: torch.fx.Node) -> torch.Tensor | None:
+    v = meta_value(n)
+    return v if isinstance(v, torch.Tensor) and v.layout == torch.strided else None
+
+
+def _nbytes(n: torch.fx.Node) -> int | None:
+    """Bytes a dense copy of ``n``'s value allocates (None when symbolic or unknown)."""
+    t = _tensor(n)
+    if t is None:
+        return None
+    numel = static_int(t.numel())
+    return None if numel is None else numel * t.element_size()
+
+
+def _region_of_value(t: torch.Tensor) -> Region:
+    return Region(t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.element_size())
+
+
+def _same_region(x: Region, y: Region) -> bool:
+    return (
+        x.itemsize == y.itemsize
+        and known_equal(x.offset, y.offset)
+        and len(x.sizes) == len(y.sizes)
+        and all(known_equal(p, q) for p, q in zip(x.sizes, y.sizes))
+        and all(known_equal(p, q) or known_equal(s, 1) for p, q, s in zip(x.strides, y.strides, x.sizes))
+    )
+
+
+def _builder(graph: torch.fx.Graph) -> Builder:
+    mode = fake_mode(graph)
+    if mode is None:
+        raise LoweringSkip("the graph has no fake tensors of a single fake mode")
+    return Builder(graph, mode)
+
+
+# ---------------------------------------------------------------------------
+# the fixes: decided first, applied together
+
+
+@dataclass(frozen=True)
+class _CloneInput:
+    """Clone ``value`` before ``before`` and make ``user`` read the clone (replay: rebuild the view first)."""
+
+    hazard: Hazard
+    user: torch.fx.Node
+    value: torch.fx.Node
+    before: torch.fx.Node
+    evidence: tuple[str, ...]
+    replay_from: torch.fx.Node | None = None  # a view defined after ``before``: replay its chain on this root
+
+
+@dataclass(frozen=True)
+class _Reorder:
+    """Move ``node`` (with the views it needs, ``moved``) just before ``before``."""
+
+    hazard: Hazard
+    node: torch.fx.Node
+    before: torch.fx.Node
+    moved: tuple[torch.fx.Node, ...]
+    evidence: tuple[str, ...]
+
+
+_Fix = _CloneInput | _Reorder
+
+
+def _apply(graph: torch.fx.Graph, fixes: Sequence[_Fix]) -> list[Guarded]:
+    """Apply the fixes (the one place this module mutates a graph); returns what was done."""
+    done: list[Guarded] = []
+    b: Builder | None = None
+    for fix in fixes:
+        if isinstance(fix, _Reorder):
+            for n in (*fix.moved, fix.node):
+                fix.before.prepend(n)
+            done.append(Guarded(fix.hazard, fix.node.name, "reorder", tuple(n.name for n in (*fix.moved, fix.node)), 0, fix.evidence))
+            continue
+        if b is None:
+            b = _builder(graph)
+        start = len(b.created)
+        with graph.inserting_before(fix.before):
+            source = fix.value
+            if fix.replay_from is not None:
+                found = view_chain(fix.value)
+                if found is None:
+                    raise LoweringSkip(f"{fix.value.name}: no view chain to replay")
+                source = replay(b, found[1], fix.replay_from)
+            c = b.call(aten.clone.default, (source,))
+        fix.user.replace_input_with(fix.value, c)
+        replayed = tuple(n.name for n in b.created[start:-1])
+        done.append(Guarded(fix.hazard, fix.user.name, "clone", (c.name,), _nbytes(c), fix.evidence + replayed))
+    if fixes:
+        graph.lint()
+        recompile(graph)
+    return done
+
+
+def _guarded_rounds(
+    graph: torch.fx.Graph,
+    plan: Callable[[AliasAnalysis], list[_Fix]],
+    *,
+    donated_inputs: Iterable[int],
+    max_rounds: int,
+) -> GuardReport:
+    """Plan against a fresh analysis, apply, repeat until a round finds nothing (never raises)."""
+    done: list[Guarded] = []
+    seen: set[tuple[Hazard, torch.fx.Node]] = set()
+    donated = tuple(donated_inputs)
+    try:
+        for _ in range(max(1, max_rounds)):
+            fixes = [f for f in plan(analyze(graph, donated_inputs=donated)) if (f.hazard, _where(f)) not in seen]
+            if not fixes:
+                break
+            seen.update((f.hazard, _where(f)) for f in fixes)
+            done.extend(_apply(graph, fixes))
+    except Exception as e:  # never raise from a pass: keep what was done (each fix leaves a valid graph)
+        log.warning("fx-aliasing guard stopped: %s: %s", type(e).__name__, e)
+        return GuardReport(tuple(done), f"{type(e).__name__}: {e}")
+    return GuardReport(tuple(done))
+
+
+def _where(f: _Fix) -> torch.fx.Node:
+    return f.node if isinstance(f, _Reorder) else f.user
+
+
+# ---------------------------------------------------------------------------
+# H1: stale reads of inputs after their write-back
+
+
+def _epilogue_start(a: AliasAnalysis) -> int:
+    """Position of the first node of the trailing run of write-backs, pure views and the output."""
+    nodes = a.nodes
+    start = len(nodes)
+    for n in reversed(nodes):
+        if n.op == "output" or _is_write_back(n) or _is_pure_view(a, n) or n.op in ("placeholder", "get_attr"):
+            start -= 1
+            continue
+        break
+    return start
+
+
+def plan_stale_reads(a: AliasAnalysis) -> list[_Fix]:
+    """H1: the write-backs that read an input after its own write-back, and how to restore the old value.
+
+    Only the trailing epilogue of write-backs is considered: anywhere else a
+    read after a write may be meant.
+    """
+    start = _epilogue_start(a)
+    nodes = a.nodes
+    write_backs = [n for n in nodes[start:] if _is_write_back(n)]
+    fixes: list[_Fix] = []
+    for n in write_backs:
+        pos = a.position(n)
+        stale: list[tuple[torch.fx.Node, torch.fx.Node]] = []  # (value read, the write-back it reads after)
+        for x in _reads(a, n):
+            root = _view_root(a, x)
+            for w in write_backs:
+                if a.position(w) >= pos:
+                    break
+                if root is w.args[0] and a.may_overlap(x, w.args[0]):  # type: ignore[arg-type]
+                    stale.append((x, w))
+                    break
+        if not stale:
+            continue
+        first = min((w for _, w in stale), key=a.position)
+        evidence = tuple(sorted({w.name for _, w in stale}))
+        reorder = _plan_reorder(a, n, first, {x for x, _ in stale})
+        if reorder is not None:
+            fixes.append(_Reorder(Hazard.STALE_INPUT_READ, n, first, reorder, evidence))
+            continue
+        for x, w in stale:
+            replay_from = None if a.position(x) < a.position(w) else _view_root(a, x)
+            fixes.append(_CloneInput(Hazard.STALE_INPUT_READ, n, x, w, evidence, replay_from))
+    return fixes
+
+
+def _plan_reorder(
+    a: AliasAnalysis, n: torch.fx.Node, first: torch.fx.Node, stale: set[torch.fx.Node]
+) -> tuple[torch.fx.Node, ...] | None:
+    """The views to move with write-back ``n`` before ``first``, or None when moving it changes another read."""
+    lo, hi = a.position(first), a.position(n)
+    between = a.nodes[lo:hi]
+    dst = n.args[0]
+    touching_dst = {acc.node for acc in a.accesses_overlapping(dst)}  # type: ignore[arg-type]
+    if any(m in touching_dst for m in between):
+        return None  # a node in between reads or writes what ``n`` writes
+    for x in _reads(a, n):
+        if x in stale:
+            continue
+        if any(acc.node in between for acc in a.accesses_overlapping(x, "write")):
+            return None  # ``n`` reads something written in between that it is meant to see
+    moved: list[torch.fx.Node] = []
+    todo = [x for x in n.all_input_nodes if a.position(x) >= lo]
+    while todo:
+        x = todo.pop()
+        if x in moved:
+            continue
+        if not _is_pure_view(a, x):
+            return None
+        moved.append(x)
+        todo.extend(y for y in x.all_input_nodes if a.position(y) >= lo)
+    return tuple(sorted(moved, key=a.position))
+
+
+def guard_stale_reads(graph: torch.fx.Graph, *, donated_inputs: Iterable[int] = ()) -> GuardReport:
+    """H1 on a functional post-grad graph (before anything adds in-place ops to it); mutates ``graph``.
+
+    Never raises: a failure is reported in :attr:`GuardReport.error` and
+    leaves the fixes done so far.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> def swapped(a, b):  # ``t = a.clone(); a.copy_(b); b.copy_(t)`` after the clone was dropped
+    ...     a.copy_(b)
+    ...     b.copy_(a)
+    >>> gm = make_fx(swapped, tracing_mode="fake")(torch.zeros(2), torch.ones(2))
+    >>> print(guard_stale_reads(gm.graph))
+    fx-aliasing guard: 1 hazard(s) guarded (H1 clone at copy__1); 1 copy(ies), 8 B
+      H1 stale-input-read: clone at copy__1, cloned clone_default; 8 B (evidence: copy_)
+    """
+    return _guarded_rounds(graph, plan_stale_reads, donated_inputs=donated_inputs, max_rounds=2)
+
+
+# ---------------------------------------------------------------------------
+# what Inductor's reinplacing will do
+
+
+@dataclass(frozen=True)
+class Reinplacing:
+    """An op Inductor's ``reinplace_inplaceable_ops`` will turn into an in-place write.
+
+    ``node`` writes ``into`` (its first argument) in place, evaluated at the
+    position of ``start`` (a scatter fused with the scatter of its source is
+    evaluated at the inner one). ``write_back`` is the write-back into
+    ``into`` when ``into`` is a graph input; ``drops_write_back`` when that
+    write-back copies ``node``'s own result (Inductor then removes it).
+    ``region`` is the region the op writes, for a scatter (None for index_put).
+    """
+
+    node: torch.fx.Node
+    into: torch.fx.Node
+    start: torch.fx.Node
+    write_back: torch.fx.Node | None
+    drops_write_back: bool
+    source: torch.fx.Node | None
+    region: Region | None
+
+
+def _fused_inner(n: torch.fx.Node) -> torch.fx.Node | None:
+    """The scatter ``n``'s source is, when Inductor fuses the two (``canonicalize_view_scatter_ops``)."""
+    src = n.args[1] if len(n.args) > 1 else None
+    if not isinstance(src, torch.fx.Node) or src.target not in _SCATTER_VIEWS or not src.args:
+        return None
+    inner_inp = src.args[0]
+    view = _SCATTER_VIEWS[n.target]
+    if (
+        isinstance(inner_inp, torch.fx.Node)
+        and inner_inp.target is view
+        and inner_inp.args[0] is n.args[0]
+        and tuple(inner_inp.args[1:]) == tuple(n.args[2:])
+        and dict(inner_inp.kwargs) == dict(n.kwargs)
+    ):
+        return src
+    return None
+
+
+def _meta_only_use(u: torch.fx.Node, a: AliasAnalysis) -> bool:
+    if u.target in _META_ONLY:
+        return True
+    if u.op == "call_function" and _is_pure_view(a, u):
+        return all(_meta_only_use(w, a) for w in u.users)
+    return False
+
+
+def _realized(n: torch.fx.Node, model: InductorModel) -> bool:
+    """``torch._inductor.fx_utils.is_node_realized``, with the model's op sets."""
+    base = n.args[0] if n.op == "call_function" and n.target is operator.getitem and n.args else n
+    if isinstance(base, torch.fx.Node) and (base.op in ("placeholder", "output") or model.is_fallback(base.target)):
+        return True
+    return any(u.op == "output" or model.realizes_inputs(u.target) for u in n.users)
+
+
+def _uses_between(
+    a: AliasAnalysis, into: torch.fx.Node, start: torch.fx.Node, end: torch.fx.Node | None
+) -> bool:
+    """R3: a use of memory overlapping ``into`` after ``start`` (and before ``end``), other than metadata."""
+    lo = a.position(start)
+    hi = a.position(end) if end is not None else len(a.nodes)
+    sharing = {v for s in a.storage_of(into) for v in a.values_in(s)}
+    for v in sharing:
+        if v is not into and not a.may_overlap(v, into):
+            continue
+        for u in v.users:
+            p = a.position(u)
+            if p <= lo or p >= hi:
+                continue
+            if _meta_only_use(u, a):
+                continue
+            if u.target is aten.copy_.default and u.args[0] is into:
+                continue
+            return True
+    return False
+
+
+def predict_reinplacing(a: AliasAnalysis, model: InductorModel | None = None) -> list[Reinplacing]:
+    """What Inductor 2.13's ``reinplace_inplaceable_ops`` will write in place, read from the graph.
+
+    For ``n = op(into, ...)`` with ``op`` an ``index_put``, ``_unsafe_index_put``
+    or scatter (a scatter fused with the scatter of its source counts once):
+
+    R1 ``into`` is a graph input or constant with a ``copy_`` write-back (the
+       first one in the graph), or an intermediate; a view of an input is left
+       out (Inductor needs a matching view write-back; the guard does not
+       predict it);
+    R2 no use of a value overlapping ``into`` (its views included) comes after
+       ``n`` and before the write-back (after ``n`` for an intermediate),
+       other than metadata queries and write-backs into ``into``;
+    R3 a scatter also needs: a diagonal or as_strided view, or ``into`` and
+       ``n`` realized (an input, an extern kernel, an output or an input of an
+       op that realizes its inputs), or, for an input, a write-back of ``n``
+       itself.
+    """
+    m = model or InductorModel()
+    first_write_back: dict[torch.fx.Node, torch.fx.Node] = {}
+    for n in a.nodes:
+        if _is_write_back(n):
+            first_write_back.setdefault(n.args[0], n)  # type: ignore[arg-type]
+    inner_of_fused: set[torch.fx.Node] = set()
+    out: list[Reinplacing] = []
+    for n in a.nodes:
+        if n.op != "call_function" or not n.args or not isinstance(n.args[0], torch.fx.Node):
+            continue
+        is_scatter = n.target in _SCATTER_VIEWS
+        if not is_scatter and n.target not in _INDEX_PUTS:
+            continue
+        if n in inner_of_fused:
+            continue
+        into = n.args[0]
+        start, views, source = n, [n], n.args[1] if is_scatter else None
+        inner = _fused_inner(n) if is_scatter else None
+        while inner is not None:
+            inner_of_fused.add(inner)
+            start, source = inner, inner.args[1]
+            views.append(inner)
+            inner = _fused_inner(inner)
+        write_back: torch.fx.Node | None = None
+        if _is_pre_existing(into):
+            write_back = first_write_back.get(into)
+            if write_back is None:
+                continue  # R1
+            if _uses_between(a, into, start, write_back):
+                continue  # R2
+        elif any(_is_pre_existing(v) for s in a.storage_of(into) for v in a.values_in(s)):
+            continue  # R1: a view of an input
+        elif _uses_between(a, into, start, None):
+            continue  # R2
+        drops = write_back is not None and write_back.args[1] is n
+        if is_scatter:
+            mutating = any(v.target in _ALWAYS_MUTATING for v in views)
+            if not (mutating or (_realized(into, m) and _realized(n, m)) or (_is_pre_existing(into) and drops)):
+                continue  # R3
+        region = _written_region(views) if is_scatter else None
+        out.append(Reinplacing(n, into, start, write_back, drops, source if isinstance(source, torch.fx.Node) else None, region))
+    return out
+
+
+def _written_region(scatters: list[torch.fx.Node]) -> Region | None:
+    """The region the (fused) scatter chain writes in its outer input's storage."""
+    t = _tensor(scatters[0].args[0])  # type: ignore[arg-type]
+    if t is None:
+        return None
+    mode = getattr(t, "fake_mode", None)
+    try:
+        with mode if mode is not None else nullcontext():
+            for s in scatters:
+                view = _SCATTER_VIEWS[s.target]
+                t = view(t, *s.args[2:], **s.kwargs)
+    except Exception:
+        return None
+    return _region_of_value(t)
+
+
+# ---------------------------------------------------------------------------
+# H2-H6: Inductor's later passes on the final post-grad graph
+
+
+def _late_uses(a: AliasAnalysis, value: torch.fx.Node, after: torch.fx.Node) -> list[torch.fx.Node]:
+    """Nodes after ``after`` that read ``value`` or a view of it (the output node included)."""
+    p = a.position(after)
+    views = set(_views_of(a, value))
+    return sorted(
+        {u for v in views for u in v.users if a.position(u) > p and not _meta_only_use(u, a) and u not in views},
+        key=a.position,
+    )
+
+
+def _reads_elsewhere(a: AliasAnalysis, r: Reinplacing) -> bool:
+    """H4: the write-back's value reads ``r.node``'s result at other positions on its way (same-shape pointwise
+    ops and identity views read the same positions; reductions, matmuls and extern ops realize their input)."""
+    wb = r.write_back
+    if wb is None or r.drops_write_back:
+        return False
+    target = wb.args[1]
+    end = a.position(wb)
+    seen: set[tuple[torch.fx.Node, bool]] = set()
+    todo: list[tuple[torch.fx.Node, bool]] = [(r.node, False)]
+    while todo:
+        v, remapped = todo.pop()
+        if (v, remapped) in seen:
+            continue
+        seen.add((v, remapped))
+        if v is target:
+            if remapped:
+                return True
+            continue
+        vt = _tensor(v)
+        for u in v.users:
+            if a.position(u) >= end or u.op != "call_function":
+                continue
+            ut = _tensor(u)
+            if ut is None or vt is None:
+                continue
+            if _is_pure_view(a, u):
+                same = _same_region(_region_of_value(ut), _region_of_value(vt))
+                todo.append((u, remapped or not same))
+            elif u.target in _REMAPPING:
+                todo.append((u, True))
+            elif isinstance(u.target, torch._ops.OpOverload) and torch.Tag.pointwise in u.target.tags:
+                same = tuple(ut.shape) == tuple(vt.shape) and _same_region(
+                    Region(0, tuple(ut.shape), tuple(ut.stride()), 1), Region(0, tuple(vt.shape), tuple(vt.stride()), 1)
+                )
+                todo.append((u, remapped or not same))
+            # anything else computes a separate buffer first: the path ends there
+    return False
+
+
+def _output_aliases(a: AliasAnalysis, value: torch.fx.Node) -> list[torch.fx.Node]:
+    out = a.output_node
+    if out is None:
+        return []
+    views = set(_views_of(a, value))
+    return [x for x in out.all_input_nodes if x in views]
+
+
+def _dtype_view_hazards(a: AliasAnalysis) -> list[_Fix]:
+    """H6: element-size-changing (or complex) dtype views of contiguous memory read before a later write."""
+    fixes: list[_Fix] = []
+    for d in a.nodes:
+        if d.op != "call_function" or d.target is not aten.view.dtype or not isinstance(d.args[0], torch.fx.Node):
+            continue
+        base, dt = d.args[0], d.args[1]
+        bt, out = _tensor(base), _tensor(d)
+        if bt is None or out is None or not isinstance(dt, torch.dtype):
+            continue
+        if bt.element_size() == out.element_size() and not (bt.is_complex() or out.is_complex()):
+            continue  # a bitcast: Inductor tracks it like any read
+        if not bt.is_contiguous():
+            continue  # Inductor copies a non-contiguous base first
+        views = _views_of(a, d)
+        if any(acc.value in views for acc in a.accesses_overlapping(d, "write")):
+            continue  # written through the view: cloning the base would change what it writes
+        readers = [u for v in views for u in v.users if u.op != "output" and v in _reads(a, u)]
+        if not readers:
+            continue
+        first = min(a.position(u) for u in readers)
+        later = [w for w in a.writers(d) if a.position(w) > first]
+        if later:
+            fixes.append(_CloneInput(Hazard.DTYPE_VIEW_READ_LATE, d, base, d, tuple(w.name for w in later[:3])))
+    return fixes
+
+
+def plan_inductor_hazards(a: AliasAnalysis, model: InductorModel | None = None) -> list[_Fix]:
+    """H2-H6 on the final post-grad graph: the protective clones Inductor's later passes need."""
+    fixes: list[_Fix] = []
+    for r in predict_reinplacing(a, model):
+        wb = r.write_back
+        if wb is not None and not r.drops_write_back:
+            late = _late_uses(a, r.node, wb)
+            if late:
+                ev = (wb.name, *(u.name for u in late[:2]))
+                fixes.append(_CloneInput(Hazard.OVERWRITTEN_RESULT, r.node, r.into, r.node, ev))
+                continue
+            if _reads_elsewhere(a, r):
+                fixes.append(_CloneInput(Hazard.WRITE_BACK_READS_ELSEWHERE, r.node, r.into, r.node, (wb.name,)))
+                continue
+        if wb is not None and r.drops_write_back:
+            out = a.output_node
+            for v in _output_aliases(a, r.node):
+                if out is not None:
+                    fixes.append(_CloneInput(Hazard.ESCAPING_RESULT, out, v, out, (r.into.name, wb.name)))
+        if r.source is not None and r.region is not None and _overlaps_destination(a, r):
+            user = r.start
+            fixes.append(_CloneInput(Hazard.OVERLAPPING_SOURCE, user, r.source, user, (r.into.name,)))
+    fixes.extend(_dtype_view_hazards(a))
+    return fixes
+
+
+def _overlaps_destination(a: AliasAnalysis, r: Reinplacing) -> bool:
+    """H5: the scatter's source overlaps the region it writes, without being exactly that region."""
+    src = r.source
+    if src is None or r.region is None:
+        return False
+    if not (a.storage_of(src) & a.storage_of(r.into)):
+        return False
+    sr = a.region_of(src)
+    if sr is None:
+        return True
+    dest = r.region
+    if _same_region(sr, dest):
+        return False  # a copy of a region onto itself reads each element where it writes it
+    return regions_may_overlap(sr, dest)
+
+
+def guard_inductor_hazards(
+    graph: torch.fx.Graph, model: InductorModel | None = None, *, donated_inputs: Iterable[int] = ()
+) -> GuardReport:
+    """H2-H6 on the post-grad graph as Inductor will receive it; mutates ``graph``. Never raises.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> def post_grad(x, src):  # ``y = x.slice_scatter(src, 0, 1, 3); x.zero_(); return y`` (#198094)
+    ...     y = torch.ops.aten.slice_scatter.default(x, src, 0, 1, 3)
+    ...     x.copy_(torch.zeros_like(x))
+    ...     return y
+    >>> gm = make_fx(post_grad, tracing_mode="fake")(torch.zeros(4, 2), torch.ones(2, 2))
+    >>> [(g.hazard.code, g.action, g.nbytes) for g in guard_inductor_hazards(gm.graph).guarded]
+    [('H2', 'clone', 32)]
+    """
+    return _guarded_rounds(graph, lambda a: plan_inductor_hazards(a, model), donated_inputs=donated_inputs, max_rounds=4)
+
+
+# ---------------------------------------------------------------------------
+# H7: the joint graph, before remove_noop_ops
+
+
+def _observes_layout(u: torch.fx.Node) -> bool:
+    """An op that may observe a tensor's storage offset: anything but ATen and prims compute."""
+    if u.op != "call_function" or u.target is operator.getitem:
+        return False
+    t = u.target
+    if isinstance(t, torch._ops.OpOverload):
+        return t.namespace not in ("aten", "prims") or t is aten.sym_storage_offset.default
+    return True  # higher-order ops (auto_functionalized wraps the custom op) and Python callables
+
+
+def _layout_args(b: Builder, v: torch.fx.Node, t: torch.Tensor) -> tuple[list[Any], list[Any], Any]:
+    """Sizes, strides and offset of ``v`` as as_strided arguments (symbolic ones read from ``v``)."""
+    sizes: list[Any] = []
+    strides: list[Any] = []
+    for d, (s, st) in enumerate(zip(t.shape, t.stride())):
+        sizes.append(s if static_int(s) is not None else b.call(aten.sym_size.int, (v, d)))
+        strides.append(st if static_int(st) is not None else b.call(aten.sym_stride.int, (v, d)))
+    off = t.storage_offset()
+    offset = off if static_int(off) is not None else b.call(aten.sym_storage_offset.default, (v,))
+    return sizes, strides, offset
+
+
+def plan_offset_clones(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """H7: clones ``remove_noop_ops`` would drop although their storage offset differs and an opaque op reads them."""
+    inputs = {storage_key(meta_value(n)) for n in graph.nodes if n.op == "placeholder"}
+    out_node = next((n for n in graph.nodes if n.op == "output"), None)
+    outputs = {storage_key(meta_value(x)) for x in (out_node.all_input_nodes if out_node is not None else [])}
+    found: list[torch.fx.Node] = []
+    for c in graph.nodes:
+        if c.op != "call_function" or c.target is not aten.clone.default or len(c.args) != 1:
+            continue
+        v = c.args[0]
+        if not isinstance(v, torch.fx.Node):
+            continue
+        ct, vt = _tensor(c), _tensor(v)
+        if ct is None or vt is None:
+            continue
+        same_meta = (
+            ct.dtype == vt.dtype
+            and ct.device == vt.device
+            and ct.is_conj() == vt.is_conj()
+            and ct.is_neg() == vt.is_neg()
+            and len(ct.shape) == len(vt.shape)
+            and all(known_equal(p, q) for p, q in zip(ct.shape, vt.shape))
+            and all(known_equal(p, q) for p, q in zip(ct.stride(), vt.stride()))
+        )
+        if not same_meta or known_equal(ct.storage_offset(), vt.storage_offset()):
+            continue
+        cs, vs = storage_key(ct), storage_key(vt)
+        if cs in outputs and (vs in inputs or vs in outputs):
+            continue  # remove_noop_ops keeps it (no new input/output aliasing)
+        if _reaches_observer(c):
+            found.append(c)
+    return found
+
+
+def _reaches_observer(c: torch.fx.Node) -> bool:
+    todo, seen = [c], {c}
+    while todo:
+        v = todo.pop()
+        for u in v.users:
+            if _observes_layout(u):
+                return True
+            if u.op == "call_function" and isinstance(u.target, torch._ops.OpOverload) and u.target.is_view and u not in seen:
+                seen.add(u)
+                todo.append(u)
+    return False
+
+
+def guard_joint_graph(graph: torch.fx.Graph) -> GuardReport:
+    """H7 on the joint graph (``joint_custom_pre_pass``, before ``remove_noop_ops``); mutates ``graph``.
+
+    Each protected clone becomes ``aten.as_strided_copy`` of its source with
+    the source's own sizes, strides and offset: the same copy, with the same
+    layout, under a name the no-op removal does not drop. Never raises.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> @torch.library.custom_op("guard_doc::offset", mutates_args=())
+    ... def offset(x: torch.Tensor) -> torch.Tensor:
+    ...     return torch.tensor(x.storage_offset())
+    >>> @offset.register_fake
+    ... def _(x):
+    ...     return torch.empty((), dtype=torch.int64)
+    >>> gm = make_fx(lambda x: offset(x[1:].clone()), tracing_mode="fake")(torch.arange(8.0))
+    >>> print(guard_joint_graph(gm.graph))
+    fx-aliasing guard: 1 hazard(s) guarded (H7 clone at clone); 1 copy(ies), 28 B
+      H7 offset-changing-clone-dropped: clone at clone, cloned as_strided_copy_default; 28 B (evidence: offset_default)
+    """
+    done: list[Guarded] = []
+    try:
+        clones = plan_offset_clones(graph)
+        if not clones:
+            return GuardReport()
+        b = _builder(graph)
+        for c in clones:
+            v = c.args[0]
+            assert isinstance(v, torch.fx.Node)  # checked by plan_offset_clones
+            vt, ct = _tensor(v), _tensor(c)
+            if vt is None or ct is None:
+                continue
+            start = len(b.created)
+            with graph.inserting_before(c):
+                sizes, strides, offset = _layout_args(b, v, vt)
+                copy = b.call(aten.as_strided_copy.default, (v, sizes, strides, offset))
+            nt = _tensor(copy)
+            if nt is None or not (
+                all(known_equal(p, q) for p, q in zip(nt.stride(), ct.stride())) and known_equal(nt.storage_offset(), 0)
+            ):
+                for n in reversed(b.created[start:]):
+                    graph.erase_node(n)
+                del b.created[start:]
+                log.debug("offset-changing clone %s kept as it is: as_strided_copy would change its layout", c.name)
+                continue
+            readers = tuple(u.name for u in c.users if _observes_layout(u))
+            c.replace_all_uses_with(copy)
+            graph.erase_node(c)
+            done.append(Guarded(Hazard.OFFSET_CLONE_DROPPED, c.name, "clone", (copy.name,), _nbytes(copy), readers))
+        graph.lint()
+        recompile(graph)
+    except Exception as e:
+        log.warning("fx-aliasing joint-graph guard stopped: %s: %s", type(e).__name__, e)
+        return GuardReport(tuple(done), f"{type(e).__name__}: {e}")
+    return GuardReport(tuple(done))
+
+
+def protected_nodes(graph: torch.fx.Graph, report: GuardReport) -> Collection[torch.fx.Node]:
+    """The nodes of ``graph`` that are the guard's copies in ``report``."""
+    names = set(report.clones)
+    return [n for n in graph.nodes if n.name in names]

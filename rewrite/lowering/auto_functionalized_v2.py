@@ -1,0 +1,163 @@
+"""Lowering of ``auto_functionalized_v2`` (version-2 functionalization of a mutable custom op).
+
+``auto_functionalized_v2(op, _all_bases=[...], _x_base_index=i, view info...)``
+clones each *base* of the mutated arguments, regenerates the argument views
+on the clones (``as_strided``/``slice``/``alias`` from the recorded view
+information), runs ``op`` and returns ``(*op outputs, *new bases)``. The
+lowering clones every base with its layout, regenerates the views on the
+clones (re-based on their true storage: offsets are absolute in both, and
+with dynamic shapes the recorded view chain is replayed instead of an
+``as_strided`` on a symbolic offset) and calls the mutable overload. ``out=``
+operators allocate their outputs instead of copying (:func:`lower_v2_out`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+
+from aliasing.facts import known_equal, meta_value
+from rewrite.lowering.builder import (
+    SELF,
+    Builder,
+    Copy,
+    LoweredCall,
+    LoweringSkip,
+    copy_preserving,
+    emit_op,
+    getitem_users,
+    output_replacements,
+    replay,
+    val,
+    view_chain,
+)
+
+__all__ = ["lower_auto_functionalized_v2", "lower_v2_out"]
+
+aten = torch.ops.aten
+
+
+def lower_auto_functionalized_v2(b: Builder, node: torch.fx.Node) -> LoweredCall:
+    """Clones of the bases, the argument views regenerated on them, the mutable op, the replacements."""
+    from torch._higher_order_ops.auto_functionalize import (
+        AliasViewInfo,
+        AsStridedViewInfo,
+        NotView,
+        SliceViewInfo,
+        get_mutable_args_from_schema,
+        read_view_information_from_args,
+    )
+
+    op = node.args[0]
+    if not isinstance(op, torch._ops.OpOverload):
+        raise LoweringSkip("the mutable op is a higher-order op")
+    kwargs = dict(node.kwargs)
+    bases = kwargs.pop("_all_bases", None)
+    if not isinstance(bases, (list, tuple)):
+        raise LoweringSkip("no _all_bases")
+    if torch._library.utils.is_out(op):
+        return lower_v2_out(b, node, op, kwargs)
+    users = getitem_users(node)
+    names, types = get_mutable_args_from_schema(op._schema)
+    try:
+        infos = read_view_information_from_args(names, types, kwargs, list(bases))
+    except Exception as e:
+        raise LoweringSkip(f"unreadable view information: {type(e).__name__}: {e}") from e
+    if any(k.startswith("_") and k not in {a.name for a in op._schema.arguments} for k in kwargs):
+        raise LoweringSkip(f"unrecognised wrapper arguments {sorted(k for k in kwargs if k.startswith('_'))}")
+    copies: list[Copy] = []
+    for base in bases:
+        if not isinstance(base, torch.fx.Node):
+            raise LoweringSkip("a base is not a node")
+        copies.append(copy_preserving(b, base))
+
+    def regenerate(info: Any) -> torch.fx.Node:
+        cp: Copy = copies[info.base_index]
+        if isinstance(info, NotView):
+            return cp.value
+        if isinstance(info, AliasViewInfo):
+            return b.call(aten.alias.default, (cp.value,))
+        if isinstance(info, SliceViewInfo):
+            return b.call(aten.slice.Tensor, (cp.value, info.dim, info.start, info.end))
+        if isinstance(info, AsStridedViewInfo):
+            replayed = _replay_view_chain(b, info, bases[info.base_index], cp.value)
+            if replayed is not None:
+                return replayed
+            # Offsets are absolute in the base's storage; the clone has the same storage
+            # coordinates (it copies the base, the flat prefix of its storage, or its root).
+            return b.call(aten.as_strided.default, (cp.clone, list(info.size), list(info.stride), info.storage_offset))
+        raise LoweringSkip(f"unknown view information {type(info).__name__}")
+
+    for name in names:
+        info = infos.get(name)
+        if info is None:
+            kwargs[name] = None
+        elif isinstance(info, list):
+            kwargs[name] = [None if i is None else regenerate(i) for i in info]
+        else:
+            kwargs[name] = regenerate(info)
+    call = emit_op(b, op, kwargs)
+    repl, first = output_replacements(b, op, call, users)
+    for j, cp in enumerate(copies):
+        if first + j in users:
+            repl[first + j] = cp.value
+    return [cp.clone for cp in copies], call, repl
+
+
+def _replay_view_chain(b: Builder, info: Any, base: Any, copy: torch.fx.Node) -> torch.fx.Node | None:
+    """Regenerate a view recorded as ``as_strided`` by replaying the view ops that made it.
+
+    With dynamic shapes functionalization records the view's offset as
+    ``sym_storage_offset(view)``; when ``view`` is a chain of view ops on the base,
+    the same ops applied to the copy give the same view without an ``as_strided``
+    on a symbolic offset (which Inductor mis-lowers for views of inputs).
+    Returns None when the pattern does not apply.
+    """
+    off = info.storage_offset
+    if not (isinstance(off, torch.fx.Node) and off.target is aten.sym_storage_offset.default and off.args):
+        return None
+    view = off.args[0]
+    found = view_chain(view) if isinstance(view, torch.fx.Node) else None
+    if found is None or found[0] is not base:
+        return None
+    vv = val(view)  # type: ignore[arg-type]
+    if not isinstance(vv, torch.Tensor) or len(vv.size()) != len(info.size) or len(vv.stride()) != len(info.stride):
+        return None
+    size_val, stride_val = b.fake((list(info.size), list(info.stride)))
+    if not (
+        all(known_equal(x, y) for x, y in zip(vv.size(), size_val))
+        and all(known_equal(x, y) for x, y in zip(vv.stride(), stride_val))
+    ):
+        return None
+    return replay(b, found[1], copy)
+
+
+def lower_v2_out(b: Builder, node: torch.fx.Node, op: torch._ops.OpOverload, kwargs: dict[str, Any]) -> LoweredCall:
+    """``out=`` ops: the wrapper allocates the outputs (nothing is copied); so does the lowering."""
+    from torch._higher_order_ops.auto_functionalize import get_mutable_args_from_schema
+
+    names, _ = get_mutable_args_from_schema(op._schema)
+    outs: list[torch.fx.Node] = []
+    for name in names:
+        try:
+            size, stride = kwargs.pop(f"_{name}_size"), kwargs.pop(f"_{name}_stride")
+            dtype, device = kwargs.pop(f"_{name}_dtype"), kwargs.pop(f"_{name}_device")
+        except KeyError as e:
+            raise LoweringSkip(f"out= wrapper without layout of {name!r}") from e
+        t = b.call(aten.empty_strided.default, (list(size), list(stride)), {"dtype": dtype, "device": device})
+        kwargs[name] = t
+        outs.append(t)
+    call = emit_op(b, op, kwargs)
+    if not isinstance(meta_value(node), (list, tuple)):
+        # A single out= tensor: the wrapper's value is the tensor itself.
+        if len(outs) != 1:
+            raise LoweringSkip("out= wrapper with one value but several out arguments")
+        return [], call, {SELF: outs[0]}
+    repl: dict[object, torch.fx.Node] = {}
+    for idx in getitem_users(node):
+        if not isinstance(idx, int) or not 0 <= idx < len(outs):
+            raise LoweringSkip(f"getitem index {idx!r} out of range")
+        repl[idx] = outs[idx]
+    return [], call, repl

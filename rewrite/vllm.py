@@ -1,0 +1,230 @@
+"""The vLLM adapter: a sound drop-in for vLLM's ``UnsafeCloneEliminationPass``.
+
+This is the only module of the library that imports ``vllm`` (tested with
+vLLM 0.33.0). vLLM's post-grad pass manager
+(``vllm.compilation.passes.pass_manager.PostGradPassManager``) runs, after its
+custom passes, vLLM IR lowering (which lowers functional IR ops such as
+``fused_add_rms_norm`` into ``clone`` plus an in-place kernel), then clone
+elimination, then cleanup and ``FixFunctionalizationPass``. vLLM's own clone
+elimination pass is unsafe by its own docstring: it only looks at graph outputs
+and at direct writers of a clone, so it removes clones written through a view,
+through an ``out=`` keyword, two clones of one value that are both written, and
+raises an ``AssertionError`` on a clone with two direct in-place writers.
+
+:class:`CloneEliminationPass` takes its place with the same constructor and
+call signature (``CloneEliminationPass(vllm_config)(graph)``). It is a
+``VllmInductorPass``, so the pass manager's timing, graph dumps and
+:meth:`uuid` work as for vLLM's passes; it reads the donated inputs from vLLM's
+pass context (``get_pass_context().donated_input_ids``) exactly as vLLM's pass
+does; and it removes every clone that conditions C1-C7 of
+:mod:`rewrite.planner` prove unneeded, with the library's copy-back folds
+(C8) and self-copy removal (C9), and keeps every other one
+(:func:`rewrite.lowering.lower_and_eliminate`).
+
+Logging: through vLLM's logging setup (logger ``vllm.rewrite.vllm``, so
+``VLLM_LOGGING_LEVEL=DEBUG`` shows it), each decision at DEBUG as vLLM's passes
+log theirs, then the count; a failure of the pipeline (which never raises and
+leaves the graph valid) at WARNING.
+
+To use it in vLLM's own engine call :func:`install` in every process that
+compiles (a vLLM general plugin runs in each worker); a pass manager you build
+yourself takes it as ``pass_manager.clone_elimination = CloneEliminationPass(vllm_config)``
+after ``pass_manager.configure(vllm_config)``. The README's "Using it in vLLM" shows both.
+
+Example
+-------
+>>> import torch
+>>> from torch.fx.experimental.proxy_tensor import make_fx
+>>> from vllm.compilation.passes.inductor_pass import get_pass_context, pass_context
+>>> from vllm.config import DeviceConfig, VllmConfig
+>>> from vllm.config.utils import Range
+>>> def f(x):
+...     c = x.clone()
+...     c.add_(1)            # the copy protects the caller's x, unless x is donated
+...     return c
+>>> clone_elimination = CloneEliminationPass(VllmConfig(device_config=DeviceConfig(device="cpu")))
+>>> with pass_context(Range(1, 8192)):
+...     gm = make_fx(f, tracing_mode="fake")(torch.randn(4))
+...     clone_elimination(gm.graph)
+...     kept = clone_elimination.last_report.kept
+...     get_pass_context().donated_input_ids = {0}   # node index of the placeholder x
+...     clone_elimination(gm.graph)
+>>> kept, clone_elimination.last_report.removed
+(('clone',), ('clone',))
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import torch.fx
+from vllm.compilation.passes.inductor_pass import InductorPass, get_pass_context
+from vllm.compilation.passes.vllm_inductor_pass import VllmInductorPass
+from vllm.config import VllmConfig
+from vllm.logger import init_logger
+
+from rewrite.inductor import library_source_hash
+from rewrite.lowering import PipelineReport, lower_and_eliminate
+
+__all__ = ["CloneEliminationPass", "donated_positions", "install", "uninstall"]
+
+#: Under vLLM's ``vllm`` logger, so vLLM's handler and ``VLLM_LOGGING_LEVEL`` apply.
+logger = init_logger(f"vllm.{__name__}")
+
+
+def donated_positions(graph: torch.fx.Graph, donated_input_ids: Iterable[int]) -> tuple[int, ...]:
+    """Placeholder positions of the donated inputs named by vLLM's ``donated_input_ids``.
+
+    vLLM's pass context names donated inputs by the index of their placeholder
+    among all the graph's nodes (``{node: i for i, node in enumerate(graph.nodes)}``,
+    as ``VllmIRInplaceFunctionalizationPass`` records them and
+    ``UnsafeCloneEliminationPass`` reads them); :func:`rewrite.eliminate_clones`
+    takes positions among the placeholders. Indices that are not a placeholder's
+    are ignored, as vLLM's pass ignores them.
+
+    Examples
+    --------
+    >>> g = torch.fx.Graph()
+    >>> x, y = g.placeholder("x"), g.placeholder("y")
+    >>> _ = g.output(g.call_function(torch.add, (x, y)))
+    >>> donated_positions(g, {1, 2})
+    (1,)
+    """
+    ids = set(donated_input_ids)
+    positions: list[int] = []
+    placeholder = 0
+    for index, node in enumerate(graph.nodes):
+        if node.op != "placeholder":
+            continue
+        if index in ids:
+            positions.append(placeholder)
+        placeholder += 1
+    return tuple(positions)
+
+
+class CloneEliminationPass(VllmInductorPass):
+    """Remove every clone the program does not need, and none that it does, in vLLM's pass manager.
+
+    Parameters
+    ----------
+    vllm_config : vllm.config.VllmConfig
+        As for every vLLM pass (the base class keeps the pass config, dtype and device).
+    lower_functional : bool
+        Also lower ``auto_functionalized``/``auto_functionalized_v2``/
+        ``triton_kernel_wrapper_functional`` into clones plus in-place calls
+        before eliminating (:mod:`rewrite.lowering`). Off by default: in
+        vLLM's pipeline ``FixFunctionalizationPass`` runs later and
+        defunctionalizes the ops it knows, as with vLLM's own pass.
+
+    Notes
+    -----
+    Call it inside vLLM's pass context (``pass_context(compile_range)``, which
+    vLLM's compilation sets up): it reads ``donated_input_ids`` there. It
+    rewrites the graph in place (the owning ``GraphModule`` is recompiled, as
+    Inductor expects of post-grad passes), never raises on a well-formed graph,
+    and running it twice changes nothing the second time. The last run's
+    report is :attr:`last_report`. :meth:`uuid` follows this class's source,
+    the library's source and the configuration, so vLLM's and Inductor's
+    caches never replay a stale result.
+
+    Examples
+    --------
+    >>> from vllm.config import DeviceConfig, VllmConfig
+    >>> config = VllmConfig(device_config=DeviceConfig(device="cpu"))
+    >>> CloneEliminationPass(config).uuid() != CloneEliminationPass(config, lower_functional=True).uuid()
+    True
+    """
+
+    def __init__(self, vllm_config: VllmConfig, *, lower_functional: bool = False) -> None:
+        super().__init__(vllm_config)
+        self.lower_functional = bool(lower_functional)
+        self.last_report: PipelineReport | None = None
+
+    # vLLM types its timing decorator for the base class; it wraps subclasses' methods as vLLM's own passes do
+    @VllmInductorPass.time_and_log  # type: ignore[arg-type]
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        """Rewrite ``graph`` in place, with the donated inputs of vLLM's pass context."""
+        donated_input_ids = get_pass_context().donated_input_ids
+        positions = donated_positions(graph, donated_input_ids)
+        logger.debug("Donated input ids: %s (placeholder positions %s)", sorted(donated_input_ids), positions)
+        report = lower_and_eliminate(graph, donated_inputs=positions, lower_functional=self.lower_functional)
+        self.last_report = report
+        _log_report(self.pass_name, report)
+
+    def uuid(self) -> str:
+        """A hash of this class's source, the library's source and the configuration."""
+        return str(
+            InductorPass.hash_dict(
+                {
+                    "pass": InductorPass.hash_source(self),
+                    "library": library_source_hash(),
+                    "lower_functional": self.lower_functional,
+                }
+            )
+        )
+
+    def __repr__(self) -> str:
+        return f"CloneEliminationPass(lower_functional={self.lower_functional})"
+
+
+def _log_report(pass_name: str, report: PipelineReport) -> None:
+    if logger.isEnabledFor(logging.DEBUG):
+        for low in report.lowering.lowered:
+            logger.debug("Lowered %s (%s) into %s with clones %s", low.node, low.kind, low.call, ", ".join(low.clones))
+        for rep in report.eliminations:
+            for d in rep.decisions:
+                if d.action == "remove":
+                    what = "copy" if d.reason.is_copy_reason else "clone"
+                    logger.debug("Node %s is a redundant %s of %s, removing it (%s)", d.node, what, d.original, d.reason)
+        last = report.eliminations[-1].decisions if report.eliminations else ()
+        for d in last:
+            if d.action == "keep" and not d.reason.is_copy_reason:
+                logger.debug(
+                    "Clone removal not possible, node=%s original_node=%s: %s (evidence: %s)",
+                    d.node,
+                    d.original,
+                    d.reason.description,
+                    ", ".join(d.evidence) or "-",
+                )
+    if report.error:
+        logger.warning("%s stopped early, every step so far is sound: %s", pass_name, report.error)
+    logger.debug(
+        "%s removed %d clone nodes, kept %d, dropped %d self-copies",
+        pass_name,
+        len(report.removed),
+        len(report.kept),
+        len(report.dropped_copies),
+    )
+
+
+def install() -> None:
+    """Make vLLM's ``PostGradPassManager.configure`` build :class:`CloneEliminationPass` instead of the unsafe pass.
+
+    vLLM builds its clone elimination pass by name in
+    ``vllm.compilation.passes.pass_manager``; this rebinds that name. Call it
+    before vLLM compiles, in every process that compiles. :func:`uninstall`
+    undoes it. Idempotent.
+
+    Examples
+    --------
+    >>> from vllm.compilation.passes import pass_manager
+    >>> install()
+    >>> pass_manager.UnsafeCloneEliminationPass is CloneEliminationPass
+    True
+    >>> uninstall()
+    >>> pass_manager.UnsafeCloneEliminationPass.__name__
+    'UnsafeCloneEliminationPass'
+    """
+    from vllm.compilation.passes import pass_manager
+
+    setattr(pass_manager, "UnsafeCloneEliminationPass", CloneEliminationPass)  # noqa: B010
+    logger.debug("fx-aliasing CloneEliminationPass replaces vLLM's UnsafeCloneEliminationPass")
+
+
+def uninstall() -> None:
+    """Give vLLM's pass manager its own ``UnsafeCloneEliminationPass`` back (undoes :func:`install`)."""
+    from vllm.compilation.passes import pass_manager
+    from vllm.compilation.passes.ir.clone_elimination import UnsafeCloneEliminationPass
+
+    setattr(pass_manager, "UnsafeCloneEliminationPass", UnsafeCloneEliminationPass)  # noqa: B010

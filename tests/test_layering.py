@@ -1,0 +1,159 @@
+"""The house rules, read from the source: one-way imports, confined dependencies, no meta writes.
+
+- the import graph of ``aliasing`` and ``rewrite`` modules has no cycle (imports
+  inside functions count; ``if TYPE_CHECKING:`` blocks do not, they never run);
+- ``aliasing`` never imports ``rewrite``, and each ``aliasing`` module imports only
+  modules of the layers above its own (the layers are listed in the package
+  docstring of ``aliasing``);
+- only the adapters import ``torch._inductor`` (``rewrite/inductor.py``) or ``vllm``
+  (``rewrite/vllm.py``);
+- no module writes ``node.meta``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+import aliasing
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("aliasing", "rewrite")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _sources() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_imports(path: Path, module: str) -> set[str]:
+    """Absolute names of every module ``path`` imports at run time (relative imports resolved)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def _graph() -> nx.DiGraph:
+    sources = _sources()
+    g = nx.DiGraph()
+    for module, path in sources.items():
+        g.add_node(module)
+        for imported in _runtime_imports(path, module):
+            # "from aliasing import analyze" names the package; the package __init__ is the edge.
+            target = imported
+            while target and target not in sources:
+                target = target.rpartition(".")[0]
+            if target and target != module and not module.startswith(target + "."):
+                g.add_edge(module, target)
+    return g
+
+
+def test_no_import_cycles() -> None:
+    cycles = list(nx.simple_cycles(_graph()))
+    assert cycles == [], f"import cycles: {cycles}"
+
+
+def test_aliasing_never_imports_rewrite() -> None:
+    g = _graph()
+    bad = [(a, b) for a, b in g.edges if a.startswith("aliasing") and b.startswith("rewrite")]
+    assert bad == []
+
+
+def _layers() -> list[list[str]]:
+    """The layers of ``aliasing`` as its package docstring lists them (``Layering`` section)."""
+    doc = aliasing.__doc__ or ""
+    section = doc.split("Layering", 1)[1]
+    layers: list[list[str]] = []
+    for line in section.splitlines():
+        line = line.strip()
+        if line[:1].isdigit() and "." in line:
+            names = line.split(".", 1)[1].split(":")[0]
+            layers.append([f"aliasing.{n.strip()}" for n in names.split(",")])
+    return layers
+
+
+def test_aliasing_modules_import_only_layers_above() -> None:
+    layers = _layers()
+    level = {m: i for i, names in enumerate(layers) for m in names}
+    modules = [m for m in _sources() if m.startswith("aliasing.")]
+    assert sorted(level) == sorted(modules), "every aliasing module is in exactly one layer of the docstring"
+    g = _graph()
+    bad = [
+        (a, b)
+        for a, b in g.edges
+        if a in level and b in level and level[b] >= level[a]
+    ]
+    assert bad == [], f"imports against the layering (module -> module of its own or a lower layer): {bad}"
+
+
+@pytest.mark.parametrize(("prefix", "allowed"), [("torch._inductor", {"rewrite.inductor"}), ("vllm", {"rewrite.vllm"})])
+def test_confined_dependencies(prefix: str, allowed: set[str]) -> None:
+    users = {
+        module
+        for module, path in _sources().items()
+        if any(i == prefix or i.startswith(prefix + ".") for i in _runtime_imports(path, module))
+    }
+    assert users <= allowed
+
+
+#: Modules that set ``meta['val']`` on nodes they create themselves (never on existing nodes).
+CREATES_NODES = {"rewrite.lowering.builder"}
+
+
+def test_nothing_writes_node_meta() -> None:
+    offenders = []
+    for module, path in _sources().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[ast.expr] = []
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in {"update", "setdefault", "pop", "clear"}
+                and _is_meta(node.func.value)
+            ):
+                offenders.append(f"{module}:{node.lineno}")
+            for t in targets:  # (a GraphModule's own ``.meta = ...`` is not node metadata)
+                if isinstance(t, ast.Subscript) and _is_meta(t.value) and module not in CREATES_NODES:
+                    offenders.append(f"{module}:{node.lineno}")
+    assert offenders == []
+
+
+def _is_meta(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Attribute) and expr.attr == "meta"

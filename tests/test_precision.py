@@ -1,0 +1,96 @@
+"""The greedy dynamic oracle and the precision report (``rewrite.testing.precision``)."""
+
+from __future__ import annotations
+
+import torch
+
+import rewrite
+from rewrite.testing import PrecisionReport, greedy_removable, measure_precision, sample_programs
+from rewrite.testing.programs import Program
+
+
+def _program(function_source: str, inputs_source: str, donated: tuple[int, ...] = ()) -> Program:
+    return Program(
+        function_source=function_source,
+        inputs_source=inputs_source,
+        donated_inputs=donated,
+        seed=0,
+        num_ops=function_source.count("\n") - 1,
+        uses_custom_ops=False,
+    )
+
+
+INPUTS = "def make_inputs():\n    torch.manual_seed(0)\n    return [torch.randn(4, 3)]\n"
+
+
+def test_greedy_removes_what_can_go_and_keeps_what_must_stay() -> None:
+    p = _program(
+        "def program(x0):\n"
+        "    v0 = x0.clone()\n"  # written, x0 is the caller's: must stay
+        "    v0.add_(1.0)\n"
+        "    v1 = (x0 * 2.0).clone()\n"  # only read: can go
+        "    v2 = x0.clone()\n"  # returned: would alias the input
+        "    return (v0, v1 + 1.0, v2)\n",
+        INPUTS,
+    )
+    assert greedy_removable(p) == ("clone_1",)
+
+
+def test_greedy_is_greedy_in_graph_order() -> None:
+    # Either clone may go, not both: greedy keeps the first removal it can make.
+    p = _program(
+        "def program(x0):\n"
+        "    y = x0 * 2.0\n"
+        "    v0 = y.clone()\n"
+        "    v1 = y.clone()\n"
+        "    v0.add_(1.0)\n"
+        "    v1.mul_(3.0)\n"
+        "    return (v0, v1)\n",
+        INPUTS,
+    )
+    assert greedy_removable(p) == ("clone",)
+
+
+def test_greedy_checks_output_layout() -> None:
+    p = _program(
+        "def program(x0):\n    v0 = x0.t().contiguous()\n    return (v0 + 0.0,)\n",
+        INPUTS,
+    )
+    # t().contiguous() copies into a new layout that the output's strides show.
+    assert greedy_removable(p) == ()
+
+
+def test_measure_precision_counts_removals_and_misses() -> None:
+    programs = sample_programs(20, seed=5, max_ops=5)
+    assert len(programs) == 20
+    report = measure_precision(lambda gm, donated: rewrite.eliminate_clones(gm, donated_inputs=donated), programs)
+    assert report.programs == 20 and report.unsound_programs == 0
+    assert report.removed >= 0 and report.greedy >= report.removed - report.beats
+    assert report.ratio >= 0.0
+    assert "ratio:" in report.summary()
+    for miss in report.short:
+        assert miss.removed < miss.greedy
+
+
+def test_measure_precision_rejects_an_unsound_pass() -> None:
+    def drop_every_clone(gm: torch.fx.GraphModule, donated: tuple[int, ...]) -> None:
+        for node in list(gm.graph.nodes):
+            if node.target is torch.ops.aten.clone.default:
+                node.replace_all_uses_with(node.args[0])
+                gm.graph.erase_node(node)
+        gm.recompile()
+
+    p = _program(
+        "def program(x0):\n    v0 = x0.clone()\n    v0.add_(1.0)\n    return (v0,)\n",
+        INPUTS,
+    )
+    report = measure_precision(drop_every_clone, [p])
+    assert report.unsound_programs == 1 and report.removed == 0
+    assert isinstance(report, PrecisionReport)
+
+
+def test_a_pass_that_removes_nothing_has_ratio_zero_when_greedy_removes() -> None:
+    gm_program = _program("def program(x0):\n    v0 = (x0 + 1.0).clone()\n    return (v0 * 2.0,)\n", INPUTS)
+    report = measure_precision(lambda gm, donated: None, [gm_program])
+    assert report.greedy == 1 and report.removed == 0 and report.ratio == 0.0
+    assert len(report.short) == 1 and report.short[0].missed == ("clone",)
