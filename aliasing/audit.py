@@ -82,6 +82,7 @@ __all__ = [
     "audit",
     "audited_ops",
     "main",
+    "render_markdown",
 ]
 
 #: The ways each op is called, in report order.
@@ -106,6 +107,7 @@ DTYPE_PREFERENCE: tuple[torch.dtype, ...] = (
 
 _MESSAGE_LIMIT = 4000
 _EXAMPLE_LIMIT = 300
+_DETAILS_LIMIT = 5  # violations described in full per op (all are counted)
 
 
 class AuditError(AliasingError, ValueError):
@@ -420,7 +422,10 @@ def _check_tensor(t: torch.Tensor) -> None:
 
 def _out_names(fn: Any, count: int) -> Optional[list[str]]:
     """The names of the ``out=`` arguments of ``fn``'s ``out`` overload, for ``torch.ops`` packets."""
-    if not isinstance(fn, torch._ops.OpOverloadPacket) or count < 2 or "out" not in fn.overloads():
+    if not isinstance(fn, torch._ops.OpOverloadPacket) or count < 2:
+        return None
+    overloads: list[str] = fn.overloads()  # type: ignore[no-untyped-call]
+    if "out" not in overloads:
         return None
     schema = fn.out._schema
     names = [
@@ -825,6 +830,9 @@ class AuditReport:
                 "by_variant": {v: by_variant[v] for v in VARIANTS if v in by_variant},
                 "skips": dict(sorted(skips.items())),
                 "skip_examples": dict(sorted(examples.items())),
+                "violations_by_variant": dict(
+                    sorted(Counter(f"{r.variant}/{r.tracer}" for r in rs if r.status == "violation").items())
+                ),
                 "violation_details": [
                     {
                         "variant": r.variant,
@@ -835,8 +843,7 @@ class AuditReport:
                         "fake_mismatch": list(r.fake_mismatch),
                         "message": r.message,
                     }
-                    for r in rs
-                    if r.status == "violation"
+                    for r in [r for r in rs if r.status == "violation"][:_DETAILS_LIMIT]
                 ],
             }
         return ops
@@ -888,8 +895,10 @@ class AuditReport:
         Per op: ``dtype``, ``variants``, ``samples`` (checks), ``passes``,
         ``violations``, ``skipped``, ``imprecise_claims`` (by kind),
         ``imprecise_checks``, ``imprecision_examples``, ``trace_divergence``,
-        ``by_variant`` (per variant and tracer), ``skips`` (count per reason),
-        ``skip_examples`` (the first message per reason) and ``violation_details``.
+        ``fake_mismatch`` (and examples), ``by_variant`` (per variant and
+        tracer), ``skips`` (count per reason), ``skip_examples`` (the first
+        message per reason), ``violations_by_variant`` and
+        ``violation_details`` (the first five violations in full).
         """
         return {
             "torch_version": torch.__version__,
@@ -900,101 +909,143 @@ class AuditReport:
         }
 
     def to_markdown(self, top: int = 40) -> str:
-        """A summary table, skips by reason, violations, and the ``top`` most imprecise ops."""
-        s = self.summary()
-        st = self.settings
-        lines = [
-            "# Effects audit",
-            "",
-            f"`python -m aliasing.audit` on torch {torch.__version__}, CPU, one thread. Every OpInfo of "
-            "`op_db` (plus the extra norm-module cases) in its function, in-place and `out=` variants "
-            "(`out=` of the right size, of size 0 and of a wrong shape), traced with "
-            "`make_fx(tracing_mode=\"fake\")` and, for the first "
-            f"{st.get('export_samples')} sample(s) of each op and variant, with `torch.export.export`; "
-            "each graph analysed and run on real tensors under the memory oracle "
-            "(`aliasing.oracle.check_analysis`). A *sample* below is one check: one op, variant, "
-            f"sample input and tracer. At most {st.get('max_samples') or 'all'} sample inputs per op and variant.",
-            "",
-            "| figure | value |",
-            "| --- | --- |",
-            f"| ops audited | {s['ops_audited']} |",
-            f"| ops not run | {s['ops_not_run']} |",
-            f"| variants (op, variant) | {s['variants']} |",
-            f"| sample inputs (op, variant, sample) | {s['sample_inputs']} |",
-            f"| samples (checks) | {s['samples']} |",
-            f"| passes | {s['passes']} |",
-            f"| **violations** | **{s['violations']}** |",
-            f"| skipped | {s['skipped']} |",
-            f"| imprecise ops | {s['imprecise_ops']} |",
-            f"| imprecise claims | {s['imprecise_claims']} |",
-            f"| checks whose graph did not write an input eager wrote | {s['trace_divergences']} |",
-            f"| checks whose fake output layout differs from the real one | {s['fake_mismatches']} |",
-            f"| runtime | {s['runtime_s']} s |",
-            "",
-            "| tracer | checks | passes | violations | skipped |",
+        """A summary table, skips by reason, violations, and the ``top`` most imprecise ops
+        (:func:`render_markdown` of :meth:`to_json`)."""
+        return render_markdown(self.to_json(), top)
+
+
+def _first_claim(message: str) -> str:
+    lines = message.splitlines()
+    return lines[1].strip() if len(lines) > 1 else message.strip()
+
+
+def render_markdown(data: dict[str, Any], top: int = 40) -> str:
+    """The Markdown summary of an audit's JSON report (:meth:`AuditReport.to_json`).
+
+    Parameters
+    ----------
+    data : dict
+        The JSON report, for example read back from ``--json``.
+    top : int
+        How many of the most imprecise ops to list.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> text = render_markdown(audit(["t"], max_samples=1, export_samples=0).to_json())
+    >>> text.splitlines()[0], "| **violations** | **0** |" in text
+    ('# Effects audit', True)
+    """
+    s = data["summary"]
+    st = data["settings"]
+    ops: dict[str, Any] = data["ops"]
+    limit = f"at most {st['max_samples']}" if st.get("max_samples") else "all"
+    lines = [
+        "# Effects audit",
+        "",
+        f"`python -m aliasing.audit` on torch {data['torch_version']}, CPU, one thread: every OpInfo of "
+        "`op_db` (plus the extra norm-module cases, `extra.*`) in its function, in-place and `out=` variants "
+        "(`out=` of the right size, of size 0 and of a wrong shape), traced with "
+        "`make_fx(tracing_mode=\"fake\")` and, for the first "
+        f"{st.get('export_samples')} sample(s) of each op and variant only (export is slow), with "
+        "`torch.export.export`; each graph analysed and run on real tensors under the memory oracle "
+        f"(`aliasing.oracle.check_analysis`), {limit} sample inputs per op and variant. A *sample* below is "
+        "one check: one op, variant, sample input and tracer. A skipped sample is never counted as a pass.",
+        "",
+        "| figure | value |",
+        "| --- | --- |",
+        f"| ops audited | {s['ops_audited']} |",
+        f"| ops not run | {s['ops_not_run']} |",
+        f"| variants (op, variant) | {s['variants']} |",
+        f"| sample inputs (op, variant, sample) | {s['sample_inputs']} |",
+        f"| samples (checks) | {s['samples']} |",
+        f"| passes | {s['passes']} |",
+        f"| **violations** | **{s['violations']}** |",
+        f"| ops with violations | {s['ops_with_violations']} |",
+        f"| skipped | {s['skipped']} |",
+        f"| imprecise ops | {s['imprecise_ops']} |",
+        f"| imprecise claims | {s['imprecise_claims']} |",
+        f"| checks whose graph did not write an input eager wrote | {s['trace_divergences']} |",
+        f"| checks whose fake output layout differs from the real one | {s['fake_mismatches']} |",
+        f"| runtime | {s['runtime_s']} s |",
+        "",
+        "| tracer | checks | passes | violations | skipped |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for t, f in s["by_tracer"].items():
+        lines.append(f"| {t} | {f['checks']} | {f['passes']} | {f['violations']} | {f['skipped']} |")
+    lines += ["", "## Skipped samples by reason", "", "| reason | samples |", "| --- | --- |"]
+    for reason, n in s["skipped_by_reason"].items():
+        lines.append(f"| {reason} | {n} |")
+    if data["not_run"]:
+        lines += ["", "## Ops not run", "", "| op | reason |", "| --- | --- |"]
+        lines += [f"| `{k}` | {v} |" for k, v in sorted(data["not_run"].items())]
+    lines += ["", "## Violations", ""]
+    bad = {k: v for k, v in ops.items() if v["violations"]}
+    if not bad:
+        lines.append("None.")
+    else:
+        lines += [
+            "| op | variant / tracer: checks | graph ops | first sample | first missed claim |",
             "| --- | --- | --- | --- | --- |",
         ]
-        for t, f in s["by_tracer"].items():
-            lines.append(f"| {t} | {f['checks']} | {f['passes']} | {f['violations']} | {f['skipped']} |")
-        lines += ["", "## Skipped samples by reason", "", "| reason | samples |", "| --- | --- |"]
-        for reason, n in s["skipped_by_reason"].items():
-            lines.append(f"| {reason} | {n} |")
-        if self.not_run:
-            lines += ["", "## Ops not run", "", "| op | reason |", "| --- | --- |"]
-            lines += [f"| `{k}` | {v} |" for k, v in sorted(self.not_run.items())]
-        ops = self.per_op()
-        lines += ["", "## Violations", ""]
-        if not self.violations:
-            lines.append("None.")
-        for r in self.violations:
-            first = r.message.splitlines()[1].strip() if len(r.message.splitlines()) > 1 else r.message
-            lines.append(f"- `{r.op}` {r.variant} sample {r.sample} ({r.tracer}): {first}")
+        for k, v in bad.items():
+            first = v["violation_details"][0]
+            where = ", ".join(f"{w}: {n}" for w, n in v["violations_by_variant"].items())
+            graph_ops = ", ".join(f"`{g}`" for g in first["graph_ops"] if g != "getitem")
+            lines.append(
+                f"| `{k}` | {where} | {graph_ops} | {first['sample']}: `{first['sample_text']}` "
+                f"| {_first_claim(first['message'])} |"
+            )
+    lines += [
+        "",
+        f"## Imprecision: top {top} ops",
+        "",
+        "Claims of passing checks that the run never confirmed (false alias / overlap / writer), summed "
+        "over the op's checks. Most come from `out=` tensors of the wrong size, whose values become "
+        "\"unknown storage\" (may alias and be written by anything).",
+        "",
+        "| op | checks | imprecise checks | false alias | false overlap | false writers | example |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    ranked = sorted(
+        (k for k, v in ops.items() if sum(v["imprecise_claims"].values())),
+        key=lambda k: (-sum(ops[k]["imprecise_claims"].values()), k),
+    )
+    for k in ranked[:top]:
+        v = ops[k]
+        c = v["imprecise_claims"]
+        ex = v["imprecision_examples"][0] if v["imprecision_examples"] else ""
+        lines.append(
+            f"| `{k}` | {v['samples']} | {v['imprecise_checks']} | {c['false_alias']} | {c['false_overlap']} "
+            f"| {c['false_writers']} | `{ex}` |"
+        )
+    diverging = [k for k, v in ops.items() if v["trace_divergence"]]
+    if diverging:
         lines += [
             "",
-            f"## Imprecision: top {top} ops",
+            "## Traces that do not write what eager writes",
             "",
-            "Claims of passing checks that the run never confirmed (false alias / overlap / writer), summed over the op's checks.",
+            "Checks whose traced graph, run for real, left unchanged an input the eager call changed "
+            "(the analysis is checked against the graph; these say the graph does not represent the call):",
             "",
-            "| op | checks | imprecise checks | false alias | false overlap | false writers | example |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
         ]
-        ranked = sorted(
-            (k for k, v in ops.items() if sum(v["imprecise_claims"].values())),
-            key=lambda k: (-sum(ops[k]["imprecise_claims"].values()), k),
-        )
-        for k in ranked[:top]:
-            v = ops[k]
-            c = v["imprecise_claims"]
-            ex = v["imprecision_examples"][0] if v["imprecision_examples"] else ""
-            lines.append(
-                f"| `{k}` | {v['samples']} | {v['imprecise_checks']} | {c['false_alias']} | {c['false_overlap']} "
-                f"| {c['false_writers']} | `{ex}` |"
-            )
-        diverging = [k for k, v in ops.items() if v["trace_divergence"]]
-        if diverging:
-            lines += [
-                "",
-                "## Traces that do not write what eager writes",
-                "",
-                "Checks whose traced graph, run for real, left unchanged an input the eager call changed "
-                "(the analysis is checked against the graph; these say the graph does not represent the call):",
-                "",
-            ]
-            lines += [f"- `{k}`: {ops[k]['trace_divergence']} check(s)" for k in diverging]
-        lying = [k for k, v in ops.items() if v["fake_mismatch"]]
-        if lying:
-            lines += [
-                "",
-                "## Fake tensors that do not match the real layout",
-                "",
-                "Checks where a graph output's real sizes, strides or offset differ from its fake tensor in "
-                "`meta['val']` (the analysis takes regions from the fake tensors):",
-                "",
-            ]
-            lines += [
-                f"- `{k}`: {ops[k]['fake_mismatch']} check(s); e.g. {ops[k]['fake_mismatch_examples'][0]}" for k in lying
-            ]
-        return "\n".join(lines) + "\n"
+        lines += [f"- `{k}`: {ops[k]['trace_divergence']} check(s)" for k in diverging]
+    lying = [k for k, v in ops.items() if v["fake_mismatch"]]
+    if lying:
+        lines += [
+            "",
+            "## Fake tensors that do not match the real layout",
+            "",
+            "Checks where a graph output's real sizes, strides or offset differ from its fake tensor in "
+            "`meta['val']` (the analysis takes regions from the fake tensors):",
+            "",
+        ]
+        lines += [f"- `{k}`: {ops[k]['fake_mismatch']} check(s); e.g. {ops[k]['fake_mismatch_examples'][0]}" for k in lying]
+    return "\n".join(lines) + "\n"
 
 
 def audit(

@@ -1,35 +1,52 @@
-"""Copies in Inductor's generated code with and without fx-aliasing's pass.
+"""Copies in Inductor's generated code: stock, with fx-aliasing's pass, and with the pass and its guard.
 
-For every program of ``tests/test_inductor.py``, under both functionalization
-versions (``torch._inductor.config.enable_auto_functionalized_v2`` True and
-False), this compiles the program twice with Inductor's C++ (CPU) backend:
-stock, and with ``post_grad_custom_post_pass=CloneEliminationPass()``. It reads
-the final generated code (``run_and_get_code``) and counts the *copies* in it:
+Two sets of programs, each compiled with Inductor's C++ (CPU) backend in three
+configurations:
+
+- **stock**: no custom pass;
+- **pass**: ``post_grad_custom_post_pass=CloneEliminationPass(guard=False)``
+  (lowering and clone elimination only);
+- **guard**: ``rewrite.inductor.compile_options()``, the one-line install:
+  the pass with its hazard guard (H1-H6) and the joint-graph guard (H7).
+
+The programs: every custom-op program of ``tests/test_inductor.py``, under both
+functionalization versions (``torch._inductor.config.enable_auto_functionalized_v2``
+True = ``v2``, False = ``v1``); and every program of
+``tests/test_inductor_guard.py`` (faithful repros of public Inductor bug
+reports, variants of each bug class, controls with none of the hazards).
+Each compile is compared with eager (outputs, inputs and module buffers
+afterwards, and which outputs share storage with inputs) and its final
+generated code (``run_and_get_code``) is read for *copies*:
 
 - a **clone** is a freshly allocated buffer (``bufN = empty_strided_cpu(...)``)
-  that a kernel fills by plain copying: every store into it stores a value that
-  is a bare load from another buffer (no arithmetic), or a value the same
-  kernel also stores into another output (a second materialization of one
-  value, which is how a clone fused with its producer looks); its bytes are the
-  buffer's allocation size. Copies done by the wrapper (``bufN.copy_(...)``,
-  ``aten.clone``) count too;
-- a **copy-back** is the same kind of plain copy into a graph input (the
-  ``copy_`` epilogue of a mutated input that was not written in place).
+  that a kernel fills by plain copying: every value it stores is a load from
+  memory, or a selection between loads and constants (a functional scatter
+  writes a copy of its input with a region replaced), with no arithmetic on
+  the loaded data; or a value the same kernel also stores elsewhere (a
+  second materialization of one value, how a clone fused with its producer
+  looks). Its bytes are the buffer's allocation size. Wrapper-level
+  ``bufN.copy_(...)`` and ``aten.clone`` count too;
+- a **copy into existing memory**: the same kind of kernel writing a buffer it
+  did not allocate (an earlier buffer, a view of it); its bytes are the
+  elements the kernel's loops store. A copy into a graph input is a
+  **copy-back** (the ``copy_`` epilogue of an input mutation, or a scatter
+  done in place), counted with the input's size.
 
-Both runs are also compared with eager (outputs and inputs afterwards): stock
-Inductor compiles some of these programs to wrong results (pytorch/pytorch#198031
-and programs in the spirit of #198094 and #198131), where the copy it drops is
-the one the program needs.
+``copies`` and ``bytes`` in the table add the three kinds. Symbolic sizes
+(dynamic shapes) count as 0 bytes and are flagged.
 
 Usage::
 
-    python -m benchmarks.inductor_copies            # all programs, both versions
-    python -m benchmarks.inductor_copies --only qkv_rotary shared_kv_pool
+    python -m benchmarks.inductor_copies                      # everything
+    python -m benchmarks.inductor_copies --only qkv_rotary shift_rows --versions v1
+    python -m benchmarks.inductor_copies --set guard          # only the guard's programs
 
-Prints a table and writes ``benchmarks/results/inductor_copies.json``.
-Targets (issue 4): never more copies than stock on a program stock compiles
-correctly; strictly fewer where region precision matters (the shared KV pool,
-qkv with rotary under ``enable_auto_functionalized_v2=False``).
+Prints a table and the verdict, and writes ``benchmarks/results/inductor_copies.json``.
+Targets: never more copies (nor bytes) than stock on a program stock compiles
+correctly, except where the guard guards a hazard stock survives by luck (it
+is listed); strictly fewer where region precision matters (the shared KV pool,
+qkv with rotary and the transposed row, under version 1); every faithful
+repro right with the guard; no control with a copy more than stock.
 """
 
 from __future__ import annotations
@@ -50,7 +67,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "inductor_copies.json"
 
-#: Programs of tests/test_inductor.py (name -> inputs factory name or shapes).
+#: Custom-op programs of tests/test_inductor.py.
 PROGRAM_NAMES: tuple[str, ...] = (
     "mutated_intermediate",
     "mutated_input",
@@ -61,6 +78,7 @@ PROGRAM_NAMES: tuple[str, ...] = (
     "repeated_mutation",
     "qkv_rotary",
     "shared_kv_pool",
+    "transposed_clone_row_mutated",
     "old_value_read_after",
     "inductor_198031",
     "views_overlap_intermediate",
@@ -68,14 +86,19 @@ PROGRAM_NAMES: tuple[str, ...] = (
     "input_view_mutation_reads_clone",
 )
 
-#: Programs where region precision matters (the issue's "strictly fewer" targets), by version.
-PRECISION_TARGETS: tuple[tuple[str, str], ...] = (("shared_kv_pool", "v1"), ("qkv_rotary", "v1"))
+#: Programs where region precision matters (the "strictly fewer" targets), by version.
+PRECISION_TARGETS: tuple[tuple[str, str], ...] = (
+    ("shared_kv_pool", "v1"),
+    ("qkv_rotary", "v1"),
+    ("transposed_clone_row_mutated", "v1"),
+)
+
+CONFIGS: tuple[str, ...] = ("stock", "pass", "guard")
 
 
-def load_test_programs() -> ModuleType:
-    """Import ``tests/test_inductor.py`` (the programs and their inputs) by path."""
-    path = ROOT / "tests" / "test_inductor.py"
-    spec = importlib.util.spec_from_file_location("fx_aliasing_test_inductor_programs", path)
+def _load(name: str, filename: str) -> ModuleType:
+    path = ROOT / "tests" / filename
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
@@ -84,8 +107,18 @@ def load_test_programs() -> ModuleType:
     return module
 
 
+def load_test_programs() -> ModuleType:
+    """Import ``tests/test_inductor.py`` (the custom-op programs and their inputs) by path."""
+    return _load("fx_aliasing_test_inductor_programs", "test_inductor.py")
+
+
+def load_guard_programs() -> ModuleType:
+    """Import ``tests/test_inductor_guard.py`` (``PROGRAMS``, the harness) by path."""
+    return _load("fx_aliasing_test_inductor_guard_programs", "test_inductor_guard.py")
+
+
 def program_inputs(module: ModuleType, name: str) -> Callable[[], list[torch.Tensor]]:
-    """The inputs a test gives the program ``name``."""
+    """The inputs a test gives the custom-op program ``name``."""
     shapes: dict[str, tuple[tuple[int, ...], ...]] = {
         "mutated_intermediate": ((8,),),
         "mutated_input": ((8,),),
@@ -95,6 +128,7 @@ def program_inputs(module: ModuleType, name: str) -> Callable[[], list[torch.Ten
         "multi_output": ((8,),),
         "repeated_mutation": ((8,),),
         "shared_kv_pool": ((2, 4, 8), (4, 8), (4, 8)),
+        "transposed_clone_row_mutated": ((3, 4),),
         "old_value_read_after": ((8,),),
     }
     if name == "qkv_rotary":
@@ -109,75 +143,218 @@ def program_inputs(module: ModuleType, name: str) -> Callable[[], list[torch.Ten
 
 _KERNEL = re.compile(r"^(\w+) = async_compile\.cpp_pybinding\(\[[^\]]*\], r'''(.*?)'''\)", re.S | re.M)
 _SIGNATURE = re.compile(r'extern "C"\s+void\s+kernel\((.*?)\)', re.S)
-_DEF = re.compile(r"auto (tmp\d+) = (.*?);\s*$", re.M)
-_VEC_STORE = re.compile(r"(tmp\d+)\.store\((\w+)\s*\+")
-_SCALAR_STORE = re.compile(r"(\w+)\[[^\]]*\]\s*=\s*(?:static_cast<[\w:]+>\()?(tmp\d+)\)?;")
-_PTR = re.compile(r"\b((?:in_out_ptr|in_ptr|out_ptr)\d+)\b")
+_DEF = re.compile(r"^\s*auto (tmp\d+) = (.*?);\s*$")
+_LAMBDA = re.compile(r"^\s*auto (tmp\d+) = \[&\]\s*$")
+_RETURN = re.compile(r"^\s*return (tmp\d+);\s*$")
+_VEC_STORE = re.compile(r"\b(tmp\d+)\.store\((\w+)\s*\+")
+_SCALAR_STORE = re.compile(r"\b(\w+_ptr\d+)\[[^\]]*\]\s*=\s*(.*?);\s*$")
+_FOR = re.compile(r"^\s*for\s*\(\s*int64_t\s+(\w+)\s*=\s*(.*?);\s*\w+\s*<\s*(.*?);")
+_CONST = re.compile(r"^(?:static_cast<int64_t>\()?\s*(-?\d+)L?\s*\)?$")
+_PTR = re.compile(r"\b(?:in_out_ptr|in_ptr|out_ptr)\d+\b")
 _TMP = re.compile(r"\btmp\d+\b")
-_BUFFER = re.compile(r"^\s*(buf\d+) = empty_strided_\w+\(\(([^)]*)\), \(([^)]*)\), torch\.(\w+)\)", re.M)
+_SELECT = re.compile(r"^\s*(tmp\d+)\s*\?\s*(.+?)\s*:\s*(.+?)\s*$")
+_BLEND = re.compile(r"::blendv\(\s*(tmp\d+)\s*,\s*(tmp\d+)\s*,\s*(tmp\d+)")
+_WRAP = re.compile(
+    r"^\s*(?:at::vec::Vectorized(?:N)?<[^>]*>\((tmp\d+)\)|(tmp\d+)\(\)|static_cast<[\w:]+>\((tmp\d+)\)|(tmp\d+))\s*$"
+)
+_REINTERPRET = re.compile(r"^reinterpret_tensor\((\w+)")
+_BUFFER = re.compile(r"^\s*(buf\d+) = empty_strided_\w+\((.*)\)\s*$", re.M)
 _INPUT = re.compile(r"assert_size_stride\((arg\w+), \(([^)]*)\), \(([^)]*)\)")
 _WRAPPER_COPY = re.compile(r"^\s*(buf\d+)\.copy_\((\w+)", re.M)
 _WRAPPER_CLONE = re.compile(r"^\s*(buf\d+) = (?:torch\.ops\.)?aten\.clone(?:\.default)?\(", re.M)
 
+#: Element size of the C types of kernel parameters.
+_CTYPE_SIZE = {
+    "double": 8, "float": 4, "int64_t": 8, "uint64_t": 8, "int32_t": 4, "uint32_t": 4, "int16_t": 2,
+    "uint16_t": 2, "int8_t": 1, "uint8_t": 1, "bool": 1, "half": 2, "bfloat16": 2,
+}
 
-def _ints(text: str) -> list[int]:
-    return [int(t) for t in text.replace(" ", "").split(",") if t]
+
+def _ints(text: str) -> list[int] | None:
+    try:
+        return [int(t) for t in text.replace(" ", "").split(",") if t]
+    except ValueError:
+        return None  # a symbolic size
 
 
-def _nbytes(sizes: Sequence[int], strides: Sequence[int], dtype: str) -> int:
+def _nbytes(sizes: Sequence[int] | None, strides: Sequence[int] | None, itemsize: int) -> int | None:
+    if sizes is None or strides is None:
+        return None
     if any(s == 0 for s in sizes):
         return 0
     extent = 1 + sum((s - 1) * st for s, st in zip(sizes, strides))
-    return extent * torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    return extent * itemsize
+
+
+@dataclass(frozen=True)
+class _Val:
+    """What a kernel temporary holds: data loaded from memory (``data``), changed by arithmetic (``computed``)."""
+
+    data: bool
+    computed: bool
+    uid: int
+
+
+@dataclass
+class KernelCopies:
+    """For one kernel: what each output parameter gets, loop nest by loop nest.
+
+    ``nests[i]`` lists, in the kernel's order, one ``(copy, elements)`` per
+    loop nest that stores into parameter ``i``: ``copy`` when every value the
+    nest stores there is a plain copy, ``elements`` the elements its loops
+    store (None when symbolic).
+    """
+
+    nests: dict[int, list[tuple[bool, int | None]]] = field(default_factory=dict)
+    params: list[str] = field(default_factory=list)
+    itemsize: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def copied(self) -> list[int]:
+        """Parameters some loop nest fills by plain copying."""
+        return sorted(i for i, ns in self.nests.items() if any(c for c, _ in ns))
+
+
+def _classify(rhs: str, defs: dict[str, _Val], uid: int) -> _Val:
+    """The kind of value an expression computes."""
+    if _PTR.search(rhs):
+        return _Val(True, False, uid)  # a load (its index arithmetic does not change the data)
+    wrapped = _WRAP.match(rhs)
+    if wrapped:
+        inner = next(g for g in wrapped.groups() if g)
+        v = defs.get(inner)
+        return _Val(v.data, v.computed, uid) if v else _Val(False, False, uid)
+    operands = [defs[t] for t in _TMP.findall(rhs) if t in defs]
+    data = [v for v in operands if v.data]
+    if not data:
+        return _Val(False, False, uid)  # indices, masks and constants
+    select = _SELECT.match(rhs)
+    blend = _BLEND.search(rhs)
+    if select or blend:
+        cond = defs.get(select.group(1) if select else blend.group(3))  # type: ignore[union-attr]
+        picked = [defs[t] for t in _TMP.findall(rhs) if t in defs and t != (select.group(1) if select else blend.group(3))]  # type: ignore[union-attr]
+        computed = bool(cond and cond.data) or any(v.computed for v in picked if v.data)
+        return _Val(True, computed, uid)
+    return _Val(True, True, uid)
+
+
+def kernel_copies(kernel_src: str) -> KernelCopies:
+    """Which output parameters of a C++ kernel are filled by plain copies, and how many elements each gets."""
+    sig = _SIGNATURE.search(kernel_src)
+    out = KernelCopies()
+    if sig is None:
+        return out
+    decls = [p.strip() for p in sig.group(1).split(",") if p.strip()]
+    out.params = [d.split()[-1].lstrip("*") for d in decls]
+    for i, d in enumerate(decls):
+        ctype = d.replace("const", "").replace("*", " ").split()[0]
+        out.itemsize[i] = _CTYPE_SIZE.get(ctype, 4)
+    body = kernel_src[sig.end() :]
+    defs: dict[str, _Val] = {}
+    lambdas: list[str] = []
+    loops: list[tuple[int, int | None, int]] = []  # (brace depth of the body, trip count, id of the outer loop)
+    pending: tuple[int | None, int] | None = None
+    depth = 0
+    uid = 0
+    stores: dict[str, list[tuple[_Val, int, int | None]]] = {}  # ptr -> (value, loop nest id, elements)
+    first_store: dict[int, str] = {}
+    for lineno, line in enumerate(body.splitlines()):
+        m = _FOR.match(line)
+        if m:
+            var = m.group(1)
+            lo, hi = _CONST.match(m.group(2).strip()), _CONST.match(m.group(3).strip())
+            trip = int(hi.group(1)) - int(lo.group(1)) if lo and hi else None
+            if var.endswith("_tail"):
+                trip = 1  # the scalar tail of the enclosing vector loop: its range is counted there
+            pending = (trip, loops[0][2] if loops else lineno)
+        opens, closes = line.count("{"), line.count("}")
+        if opens and pending is not None:
+            loops.append((depth + 1, pending[0], pending[1]))
+            pending = None
+        depth += opens - closes
+        while loops and depth < loops[-1][0]:
+            loops.pop()
+        uid += 1
+        if (lm := _LAMBDA.match(line)) is not None:
+            lambdas.append(lm.group(1))
+            continue
+        if lambdas and (rm := _RETURN.match(line)) is not None:
+            v = defs.get(rm.group(1), _Val(False, False, uid))
+            defs[lambdas.pop()] = _Val(v.data, v.computed, uid)
+            continue
+        if (dm := _DEF.match(line)) is not None:
+            defs[dm.group(1)] = _classify(dm.group(2), defs, uid)
+            continue
+        found: list[tuple[str, _Val]] = []
+        for vm in _VEC_STORE.finditer(line):
+            found.append((vm.group(2), defs.get(vm.group(1), _Val(False, True, uid))))
+        sm = _SCALAR_STORE.search(line)
+        if sm and not found:
+            found.append((sm.group(1), _classify(sm.group(2), defs, uid)))
+        for ptr, v in found:
+            elements: int | None = 1
+            for _, trip, _ in loops:
+                elements = None if elements is None or trip is None else elements * trip
+            nest = loops[0][2] if loops else -lineno
+            stores.setdefault(ptr, []).append((v, nest, elements))
+            first_store.setdefault(v.uid, ptr)
+    for i, p in enumerate(out.params):
+        if not p.startswith(("out_ptr", "in_out_ptr")) or p not in stores:
+            continue
+        by_nest: dict[int, list[tuple[_Val, int | None]]] = {}
+        for v, nest, elements in stores[p]:
+            by_nest.setdefault(nest, []).append((v, elements))
+        entries: list[tuple[bool, int | None]] = []
+        for nest_stores in by_nest.values():
+            copy = all((v.data and not v.computed) or first_store.get(v.uid, p) != p for v, _ in nest_stores)
+            counts = [e for _, e in nest_stores]
+            entries.append((copy, None if any(e is None for e in counts) else max(e for e in counts if e is not None)))
+        out.nests[i] = entries
+    return out
 
 
 def copy_outputs(kernel_src: str) -> list[int]:
-    """Positions (in the kernel's parameter list) of outputs filled only by plain copies."""
-    sig = _SIGNATURE.search(kernel_src)
-    if sig is None:
-        return []
-    params = [p.strip().split()[-1].lstrip("*") for p in sig.group(1).split(",") if p.strip()]
-    defs = {m.group(1): m.group(2) for m in _DEF.finditer(kernel_src)}
-
-    def is_load(tmp: str) -> bool:
-        rhs = defs.get(tmp)
-        if rhs is None:
-            return False
-        ptrs = set(_PTR.findall(rhs))
-        return len(ptrs) == 1 and not _TMP.search(rhs)
-
-    stores: dict[str, list[str]] = {}
-    first_store: dict[str, str] = {}  # tmp -> the output it is first stored into
-    found = [(m.start(), m.group(2), m.group(1)) for m in _VEC_STORE.finditer(kernel_src)]
-    found += [(m.start(), m.group(1), m.group(2)) for m in _SCALAR_STORE.finditer(kernel_src)]
-    for _, ptr, tmp in sorted(found):
-        stores.setdefault(ptr, []).append(tmp)
-        first_store.setdefault(tmp, ptr)
-
-    def copied(tmp: str, ptr: str) -> bool:
-        # a bare load, or a value already stored into another output (a second materialization)
-        return is_load(tmp) or first_store.get(tmp, ptr) != ptr
-
-    out: list[int] = []
-    for i, p in enumerate(params):
-        if p.startswith("out_ptr") and stores.get(p) and all(copied(t, p) for t in stores[p]):
-            out.append(i)
-    return out
+    """Positions (in the kernel's parameter list) of outputs some loop nest fills by plain copying."""
+    return kernel_copies(kernel_src).copied
 
 
 @dataclass
 class CopyCount:
-    """Copies found in one generated module."""
+    """Copies found in one generated module (or added up over several)."""
 
     clones: int = 0
     clone_bytes: int = 0
+    copies_into: int = 0
+    copy_into_bytes: int = 0
     copy_backs: int = 0
     copy_back_bytes: int = 0
+    symbolic: bool = False
     buffers: list[str] = field(default_factory=list)
+
+    @property
+    def copies(self) -> int:
+        """Every copy: clones, copies into existing memory, copy-backs."""
+        return self.clones + self.copies_into + self.copy_backs
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every copy."""
+        return self.clone_bytes + self.copy_into_bytes + self.copy_back_bytes
+
+    def add(self, other: CopyCount) -> None:
+        """Add ``other``'s counts to these."""
+        self.clones += other.clones
+        self.clone_bytes += other.clone_bytes
+        self.copies_into += other.copies_into
+        self.copy_into_bytes += other.copy_into_bytes
+        self.copy_backs += other.copy_backs
+        self.copy_back_bytes += other.copy_back_bytes
+        self.symbolic = self.symbolic or other.symbolic
+        self.buffers += other.buffers
 
 
 def count_copies(code: str) -> CopyCount:
-    r"""Count clones and copy-backs in Inductor's generated (CPU) module source.
+    r"""Count clones, copies into existing memory and copy-backs in Inductor's generated (CPU) module.
 
     Examples
     --------
@@ -188,43 +365,89 @@ def count_copies(code: str) -> CopyCount:
     ...        "        buf0 = empty_strided_cpu((8, ), (1, ), torch.float32)\n"
     ...        "        cpp_fused_0(arg0_1, buf0)\n")
     >>> c = count_copies(src)
-    >>> (c.clones, c.clone_bytes)
-    (1, 32)
+    >>> (c.clones, c.clone_bytes, c.copies)
+    (1, 32, 1)
     """
-    kernels = {m.group(1): copy_outputs(m.group(2)) for m in _KERNEL.finditer(code)}
-    buffers = {m.group(1): _nbytes(_ints(m.group(2)), _ints(m.group(3)), m.group(4)) for m in _BUFFER.finditer(code)}
-    inputs: dict[str, int] = {}
+    kernels = {m.group(1): kernel_copies(m.group(2)) for m in _KERNEL.finditer(code)}
+    buffers: dict[str, int | None] = {}
+    for m in _BUFFER.finditer(code):
+        parts = _split_args(m.group(2))
+        if len(parts) < 3 or not parts[2].startswith("torch."):
+            continue
+        item = torch.empty((), dtype=getattr(torch, parts[2][len("torch.") :])).element_size()
+        buffers[m.group(1)] = _nbytes(_ints(parts[0].strip("() ")), _ints(parts[1].strip("() ")), item)
+    inputs: dict[str, tuple[list[int] | None, list[int] | None]] = {}
     for m in _INPUT.finditer(code):
-        inputs[m.group(1)] = _nbytes(_ints(m.group(2)), _ints(m.group(3)), "float32")
+        inputs[m.group(1)] = (_ints(m.group(2)), _ints(m.group(3)))
     count = CopyCount()
-    seen: set[str] = set()
+    written: set[str] = set()  # buffers already written (a later copy into them is a copy into existing memory)
+    seen_inputs: set[str] = set()
 
-    def record(dest: str) -> None:
-        if dest in seen:
-            return
-        seen.add(dest)
-        if dest in buffers:
+    def record(dest: str, elements: int | None, itemsize: int) -> None:
+        rm = _REINTERPRET.match(dest)
+        base = rm.group(1) if rm else dest
+        if base in buffers and base not in written:
+            nbytes = buffers[base]
             count.clones += 1
-            count.clone_bytes += buffers[dest]
-            count.buffers.append(dest)
-        elif dest in inputs:
+            count.clone_bytes += nbytes or 0
+            count.symbolic |= nbytes is None
+            count.buffers.append(base)
+        elif base in inputs:
+            if base in seen_inputs:
+                return
+            seen_inputs.add(base)
+            sizes, strides = inputs[base]
+            nbytes = _nbytes(sizes, strides, itemsize)
             count.copy_backs += 1
-            count.copy_back_bytes += inputs[dest]
+            count.copy_back_bytes += nbytes or 0
+            count.symbolic |= nbytes is None
+        elif base in buffers:
+            size = buffers[base]
+            nbytes = None if elements is None else elements * itemsize
+            if nbytes is not None and size is not None:
+                nbytes = min(nbytes, size)  # a loop nest never stores more than its buffer holds
+            count.copies_into += 1
+            count.copy_into_bytes += nbytes or 0
+            count.symbolic |= nbytes is None
 
     call_src = code[code.find("def call(") :] if "def call(" in code else code
-    for name, outs in kernels.items():
-        if not outs:
-            continue
+    calls: list[tuple[int, str, list[str]]] = []
+    for name in kernels:
         for m in re.finditer(rf"^\s*{re.escape(name)}\((.*)\)\s*$", call_src, re.M):
-            args = [a.strip() for a in m.group(1).split(",")]
-            for i in outs:
-                if i < len(args):
-                    record(args[i])
+            calls.append((m.start(), name, _split_args(m.group(1))))
     for m in _WRAPPER_COPY.finditer(call_src):
-        record(m.group(1))
+        calls.append((m.start(), "<copy_>", [m.group(1)]))
     for m in _WRAPPER_CLONE.finditer(call_src):
-        record(m.group(1))
+        calls.append((m.start(), "<clone>", [m.group(1)]))
+    for _, name, args in sorted(calls):
+        if name in ("<copy_>", "<clone>"):
+            record(args[0], None, 4)
+            written.add(args[0])
+            continue
+        k = kernels[name]
+        for i, a in enumerate(args):
+            for copy, elements in k.nests.get(i, []):
+                if copy:
+                    record(a, elements, k.itemsize.get(i, 4))
+                rm = _REINTERPRET.match(a)
+                written.add(rm.group(1) if rm else a)
     return count
+
+
+def _split_args(text: str) -> list[str]:
+    """Top-level comma-separated arguments (a ``reinterpret_tensor(...)`` stays one)."""
+    args, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            args.append(cur.strip())
+            cur = ""
+            continue
+        depth += ch == "("
+        depth -= ch == ")"
+        cur += ch
+    if cur.strip():
+        args.append(cur.strip())
+    return args
 
 
 # ---------------------------------------------------------------------------
@@ -237,127 +460,135 @@ class Run:
 
     copies: CopyCount
     correct: bool
-    note: str = ""
+    hazards: tuple[str, ...] = ()
+    differences: list[str] = field(default_factory=list)
 
 
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, (tuple, list)):
-        return isinstance(b, (tuple, list)) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.shape == b.shape and bool(torch.allclose(a, b, rtol=1e-5, atol=1e-5))
-    return bool(a == b)
+def compile_once(guard_module: ModuleType, program: Any, *, v2: bool, config: str) -> Run:
+    """Compile ``program`` (a ``tests/test_inductor_guard.py`` Program) in ``config`` and compare with eager."""
+    from rewrite.inductor import CloneEliminationPass, compile_options
 
-
-def compile_once(fn: Callable[..., Any], inputs: Callable[[], Sequence[torch.Tensor]], *, v2: bool, with_pass: bool) -> Run:
-    """Compile ``fn`` (stock or with the pass), count copies, compare with eager."""
-    from torch._inductor.utils import run_and_get_code
-
-    from rewrite.inductor import CloneEliminationPass
-
-    torch._dynamo.reset()
-    options: dict[str, Any] = {"post_grad_custom_post_pass": CloneEliminationPass()} if with_pass else {}
-    with torch._inductor.config.patch(enable_auto_functionalized_v2=v2, fx_graph_cache=False), torch._functorch.config.patch(
-        enable_autograd_cache=False
-    ):
-        compiled = torch.compile(fn, fullgraph=True, options=options)
-        eager_in, comp_in = list(inputs()), list(inputs())
-        expected = fn(*eager_in)
-        got, codes = run_and_get_code(compiled, *comp_in)
-    correct = _same(got, expected) and _same(comp_in, eager_in)
+    options: dict[str, Any] = {}
+    if config == "pass":
+        options = {"post_grad_custom_post_pass": CloneEliminationPass(guard=False)}
+    elif config == "guard":
+        options = compile_options()
+    want = guard_module.observe(program)
+    with torch._inductor.config.patch(enable_auto_functionalized_v2=v2):
+        compiled = guard_module.compile_and_observe(program, options=options)
     total = CopyCount()
-    for code in codes:
-        c = count_copies(code)
-        total.clones += c.clones
-        total.clone_bytes += c.clone_bytes
-        total.copy_backs += c.copy_backs
-        total.copy_back_bytes += c.copy_back_bytes
-        total.buffers += c.buffers
-    return Run(total, correct)
+    for code in compiled.code:
+        total.add(count_copies(code))
+    diffs = guard_module.differences(compiled.observed, want)
+    return Run(total, not diffs, tuple(compiled.hazards), diffs)
 
 
 @dataclass
 class Row:
-    """Stock vs pass for one program under one functionalization version."""
+    """One program under one functionalization version, in every configuration."""
 
     program: str
     version: str
-    stock: Run
-    with_pass: Run
+    kind: str
+    issue: str
+    latent: bool
+    runs: dict[str, Run]
 
 
-def run(names: Sequence[str], versions: Sequence[str]) -> list[Row]:
-    """Compile every program in ``names`` under every version in ``versions``."""
-    module = load_test_programs()
+def run(names: Sequence[str] | None, versions: Sequence[str], sets: Sequence[str]) -> list[Row]:
+    """Compile the selected programs (all by default) under every configuration."""
+    guard_module = load_guard_programs()
+    Program = guard_module.Program
+    selected: list[tuple[Any, str, bool]] = []
+    if "custom-ops" in sets:
+        module = load_test_programs()
+        for name in PROGRAM_NAMES:
+            if names and name not in names:
+                continue
+            p = Program(name, getattr(module, name), program_inputs(module, name), (), "custom-op")
+            selected.extend((p, v, v == "v2") for v in versions)
+    if "guard" in sets:
+        for p in guard_module.PROGRAMS:
+            if names and p.name not in names:
+                continue
+            selected.append((p, "-", True))
     rows: list[Row] = []
-    for name in names:
-        fn = getattr(module, name)
-        inputs = program_inputs(module, name)
-        for version in versions:
-            v2 = version == "v2"
-            stock = compile_once(fn, inputs, v2=v2, with_pass=False)
-            ours = compile_once(fn, inputs, v2=v2, with_pass=True)
-            rows.append(Row(name, version, stock, ours))
-            print(f"  {name} [{version}]: stock {stock.copies.clones} clone(s) / pass {ours.copies.clones}", file=sys.stderr)
+    for p, version, v2 in selected:
+        runs = {c: compile_once(guard_module, p, v2=v2, config=c) for c in CONFIGS}
+        rows.append(Row(p.name, version, p.kind, p.issue, p.latent, runs))
+        line = " / ".join(f"{c} {r.copies.copies} ({r.copies.nbytes} B){'' if r.correct else ' WRONG'}" for c, r in runs.items())
+        print(f"  {p.name} [{version}]: {line}", file=sys.stderr)
     return rows
 
 
 def verdict(rows: Sequence[Row]) -> dict[str, Any]:
-    """Check the issue's targets."""
-    worse = [
-        f"{r.program} [{r.version}]"
-        for r in rows
-        if r.stock.correct
-        and (
-            r.with_pass.copies.clones + r.with_pass.copies.copy_backs > r.stock.copies.clones + r.stock.copies.copy_backs
-            or r.with_pass.copies.clone_bytes + r.with_pass.copies.copy_back_bytes
-            > r.stock.copies.clone_bytes + r.stock.copies.copy_back_bytes
-        )
-    ]
+    """Check the targets."""
+
+    def more(a: Run, b: Run) -> bool:
+        return a.copies.copies > b.copies.copies or a.copies.nbytes > b.copies.nbytes
+
+    def label(r: Row) -> str:
+        return f"{r.program} [{r.version}]" if r.version != "-" else r.program
+
+    worse: list[str] = []
+    latent: list[str] = []
+    for r in rows:
+        stock = r.runs["stock"]
+        if not stock.correct:
+            continue
+        for c in ("pass", "guard"):
+            if more(r.runs[c], stock):
+                (latent if c == "guard" and r.latent and r.runs[c].hazards else worse).append(f"{label(r)} ({c})")
     by_key = {(r.program, r.version): r for r in rows}
     not_fewer = [
         f"{p} [{v}]"
         for p, v in PRECISION_TARGETS
-        if (p, v) in by_key and not by_key[(p, v)].with_pass.copies.clones < by_key[(p, v)].stock.copies.clones
+        if (p, v) in by_key and not by_key[(p, v)].runs["pass"].copies.copies < by_key[(p, v)].runs["stock"].copies.copies
     ]
-    wrong_with_pass = [f"{r.program} [{r.version}]" for r in rows if not r.with_pass.correct]
-    wrong_stock = [f"{r.program} [{r.version}]" for r in rows if not r.stock.correct]
+    controls_extra = [label(r) for r in rows if r.kind == "control" and (more(r.runs["guard"], r.runs["stock"]) or r.runs["guard"].hazards)]
+    repros_wrong = [label(r) for r in rows if r.kind == "repro" and not r.runs["guard"].correct]
+    wrong = {c: [label(r) for r in rows if not r.runs[c].correct] for c in CONFIGS}
+    unguarded = [label(r) for r in rows if not r.runs["stock"].correct and r.kind != "custom-op" and not r.runs["guard"].hazards]
     return {
         "more_copies_than_stock": worse,
+        "latent_hazards_guarded": latent,
         "precision_targets_not_strictly_fewer": not_fewer,
-        "wrong_with_pass": wrong_with_pass,
-        "wrong_stock": wrong_stock,
-        "targets_met": not worse and not not_fewer and not wrong_with_pass,
+        "controls_with_extra_copies": controls_extra,
+        "repros_wrong_with_guard": repros_wrong,
+        "stock_wrong_and_not_guarded": unguarded,
+        "wrong_stock": wrong["stock"],
+        "wrong_with_pass": wrong["pass"],
+        "wrong_with_guard": wrong["guard"],
+        "targets_met": not worse and not not_fewer and not controls_extra and not repros_wrong and not wrong["guard"] and not unguarded,
     }
 
 
 def table(rows: Sequence[Row]) -> str:
-    """A Markdown table of the rows."""
-    head = (
-        "| program | af | stock clones | stock bytes | stock copy-backs | stock correct "
-        "| pass clones | pass bytes | pass copy-backs | pass correct |"
-    )
+    """A Markdown table of the rows: copies (bytes) per configuration, correctness, the guard's hazards."""
+    head = "| program | kind | af | stock | stock right | pass | pass right | guard | guard right | hazards |"
     lines = [head, "|" + "---|" * 10]
     for r in rows:
-        s, p = r.stock.copies, r.with_pass.copies
-        lines.append(
-            f"| {r.program} | {r.version} | {s.clones} | {s.clone_bytes} | {s.copy_backs} | {'yes' if r.stock.correct else '**no**'} "
-            f"| {p.clones} | {p.clone_bytes} | {p.copy_backs} | {'yes' if r.with_pass.correct else '**no**'} |"
-        )
+        cells = []
+        for c in CONFIGS:
+            run_ = r.runs[c]
+            sym = "+sym" if run_.copies.symbolic else ""
+            cells.append(f"{run_.copies.copies} ({run_.copies.nbytes} B{sym})")
+            cells.append("yes" if run_.correct else "**no**")
+        kind = f"{r.kind} #{r.issue}" if r.issue else (f"{r.kind} (latent)" if r.latent else r.kind)
+        hazards = ", ".join(r.runs["guard"].hazards) or "-"
+        lines.append(f"| {r.program} | {kind} | {r.version} | " + " | ".join(cells) + f" | {hazards} |")
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point; returns 0 when the targets are met."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--only", nargs="*", default=None, help="program names (default: all)")
-    parser.add_argument("--versions", nargs="*", default=["v2", "v1"], choices=["v2", "v1"])
+    parser.add_argument("--versions", nargs="*", default=["v2", "v1"], choices=["v2", "v1"], help="for the custom-op programs")
+    parser.add_argument("--set", nargs="*", dest="sets", default=["custom-ops", "guard"], choices=["custom-ops", "guard"])
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    names = list(args.only) if args.only else list(PROGRAM_NAMES)
-    unknown = [n for n in names if n not in PROGRAM_NAMES]
-    if unknown:
-        parser.error(f"unknown programs: {unknown}")
-    rows = run(names, args.versions)
+    rows = run(args.only, args.versions, args.sets)
     print(table(rows))
     v = verdict(rows)
     print()
@@ -366,8 +597,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     payload = {
         "torch": torch.__version__,
         "backend": "inductor cpp (CPU)",
+        "configs": {
+            "stock": "no custom pass",
+            "pass": "post_grad_custom_post_pass=CloneEliminationPass(guard=False)",
+            "guard": "rewrite.inductor.compile_options()",
+        },
         "rows": [
-            {"program": r.program, "version": r.version, "stock": asdict(r.stock), "with_pass": asdict(r.with_pass)}
+            {
+                "program": r.program,
+                "version": r.version,
+                "kind": r.kind,
+                "issue": r.issue,
+                "latent": r.latent,
+                **{c: {**asdict(run_), "copies_total": run_.copies.copies, "bytes_total": run_.copies.nbytes} for c, run_ in r.runs.items()},
+            }
             for r in rows
         ],
         "verdict": v,

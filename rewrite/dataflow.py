@@ -16,7 +16,11 @@ describes; nothing here changes a graph or its metadata. The planner
   their destination (a proven full overwrite, a *kill*), and whose
   destination's old value they do not read;
 - *layout observability* (:func:`layout_observer`): whether any consumer of a
-  value would notice that its strides or storage offset changed.
+  value would notice that its strides or storage offset changed;
+- ``wrap`` higher-order ops are judged through their subgraph (:func:`wrap_body`):
+  a dead ``wrap`` whose subgraph cannot raise reads nothing that matters, and
+  one whose subgraph only reads a value observes its layout only where the
+  subgraph does.
 
 Everything not listed here is answered conservatively: an unlisted op may
 raise on any value, is not elementwise, writes only part of what it writes,
@@ -43,6 +47,7 @@ __all__ = [
     "may_raise_on_values",
     "non_overlapping",
     "op_of",
+    "wrap_body",
     "write_only_args",
     "writes_all_of",
 ]
@@ -115,18 +120,41 @@ def _floating(facts: TensorFacts | None) -> bool:
     return facts is not None and (facts.dtype.is_floating_point or facts.dtype.is_complex)
 
 
+def wrap_body(analysis: AliasAnalysis, node: torch.fx.Node) -> torch.fx.GraphModule | None:
+    """The subgraph module a ``wrap`` higher-order op calls (None for any other node)."""
+    if node.op != "call_function" or node.target is not torch.ops.higher_order.wrap or not node.args:
+        return None
+    sub = node.args[0]
+    module: Any = analysis.target_graph.owning_module
+    if not isinstance(sub, torch.fx.Node) or sub.op != "get_attr" or module is None:
+        return None
+    for part in str(sub.target).split("."):
+        module = getattr(module, part, None)
+    return module if isinstance(module, torch.fx.GraphModule) else None
+
+
+def _body_analysis(body: torch.fx.GraphModule) -> AliasAnalysis:
+    from aliasing import analyze
+
+    return analyze(body)
+
+
 def may_raise_on_values(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
     """Whether ``node`` could raise depending on the values (not the shapes) it reads.
 
     False only for ops known not to: pointwise ops on floating-point tensors
     (integer division and powers raise on some integers), views, copies,
-    reductions, products, concatenation, normalisation, metadata reads, and
-    ``getitem`` of a tuple or with constant indices. True for the rest
-    (indexing with tensor indices, ``item``, asserts, data-dependent shapes,
-    custom and unknown ops).
+    reductions, products, concatenation, normalisation, metadata reads,
+    ``getitem`` of a tuple or with constant indices, and a ``wrap`` whose
+    subgraph holds only such ops. True for the rest (indexing with tensor
+    indices, ``item``, asserts, data-dependent shapes, custom and unknown ops).
     """
     if node.op == "call_function" and node.target is operator.getitem:
         return any(isinstance(a, torch.fx.Node) for a in node.args[1:])
+    body = wrap_body(analysis, node)
+    if body is not None:
+        inner = _body_analysis(body)
+        return any(n.op in ("call_function", "call_method", "call_module") and may_raise_on_values(inner, n) for n in inner.nodes)
     op = op_of(node)
     if op is None:
         return True
@@ -206,9 +234,9 @@ def writes_all_of(node: torch.fx.Node, value: torch.fx.Node) -> bool:
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
     >>> gm = make_fx(lambda x: x[0].zero_(), tracing_mode="fake")(torch.randn(2, 3))
-    >>> zero, view = [n for n in gm.graph.nodes if n.name == "zero_"][0], gm.graph.find_nodes(op="call_function")[0]
-    >>> writes_all_of(zero, view)
-    True
+    >>> select, zero = [n for n in gm.graph.nodes if n.op == "call_function"]
+    >>> writes_all_of(zero, select), writes_all_of(zero, select.args[0])
+    (True, False)
     """
     op = op_of(node)
     return op is not None and value in _destinations(node, op)
@@ -248,16 +276,28 @@ def non_overlapping(facts: TensorFacts) -> bool:
 # --------------------------------------------------------------------------- layouts
 
 
+#: sizes, strides (0 for dimensions of size one: they address nothing), storage offset, dtype
 Layout = tuple[tuple[int, ...], tuple[int, ...], int, torch.dtype]
 
 
+def _normal(sizes: tuple[int, ...], strides: tuple[int, ...], offset: int, dtype: torch.dtype) -> Layout:
+    return sizes, tuple(0 if n == 1 else s for n, s in zip(sizes, strides)), offset, dtype
+
+
 def _layout(facts: TensorFacts | None) -> Layout | None:
+    raw = _raw_layout(facts)
+    return None if raw is None else _normal(*raw)
+
+
+def _raw_layout(facts: TensorFacts | None) -> Layout | None:
     if facts is None or not facts.is_strided:
         return None
-    parts = (*facts.sizes, *facts.strides, facts.storage_offset)
-    if any(type(p) is not int for p in parts):
-        return None
-    return tuple(facts.sizes), tuple(facts.strides), int(facts.storage_offset), facts.dtype  # type: ignore[return-value]
+    sizes = tuple(n for n in facts.sizes if type(n) is int)
+    strides = tuple(s for s in facts.strides if type(s) is int)
+    offset = facts.storage_offset
+    if len(sizes) != len(facts.sizes) or len(strides) != len(facts.strides) or type(offset) is not int:
+        return None  # symbolic: no meta tensor to build
+    return sizes, strides, offset, facts.dtype
 
 
 def _meta(layout: Layout, device: torch.device) -> torch.Tensor:
@@ -267,12 +307,16 @@ def _meta(layout: Layout, device: torch.device) -> torch.Tensor:
 
 
 def simulate(
-    analysis: AliasAnalysis, node: torch.fx.Node, substitute: dict[torch.fx.Node, TensorFacts]
+    analysis: AliasAnalysis,
+    node: torch.fx.Node,
+    substitute: dict[torch.fx.Node, TensorFacts],
+    resolve: Callable[[torch.fx.Node], torch.fx.Node] = lambda n: n,
 ) -> Layout | None:
-    """The layout ``node``'s result would have if the values in ``substitute`` had those facts.
+    """The layout ``node``'s result would have if the arguments in ``substitute`` had those facts.
 
-    The op runs on meta tensors built from the facts of its arguments (None
-    when any is symbolic, unknown or not strided, or the op fails there).
+    The op runs on meta tensors built from the facts of its arguments (those
+    of ``resolve(arg)``: what stands for the argument after earlier removals),
+    None when any is symbolic, unknown or not strided, or the op fails there.
     """
     op = op_of(node)
     if op is None:
@@ -281,14 +325,14 @@ def simulate(
 
     def tensor(arg: torch.fx.Node) -> Any:
         nonlocal missing
-        facts = substitute.get(arg) or analysis.facts_of(arg)
-        layout = _layout(facts)
+        facts = substitute.get(arg) or analysis.facts_of(resolve(arg))
+        layout = _raw_layout(facts)
         if layout is None or facts is None:
             missing = True
             return None
         return _meta(layout, facts.device)
 
-    args, kwargs = torch.fx.map_arg((node.args, node.kwargs), tensor)
+    args, kwargs = torch.fx.map_arg((node.args, node.kwargs), tensor)  # substitute: keyed by the arguments themselves
     if missing:
         return None
     try:
@@ -298,7 +342,7 @@ def simulate(
         return None
     if not isinstance(result, torch.Tensor):
         return None
-    return tuple(result.shape), tuple(result.stride()), result.storage_offset(), result.dtype
+    return _normal(tuple(result.shape), tuple(result.stride()), int(result.storage_offset()), result.dtype)
 
 
 def layout_observer(
@@ -307,12 +351,15 @@ def layout_observer(
     new_facts: TensorFacts,
     users: Callable[[torch.fx.Node], Sequence[torch.fx.Node]],
     dead: Iterable[torch.fx.Node] = (),
+    resolve: Callable[[torch.fx.Node], torch.fx.Node] = lambda n: n,
 ) -> torch.fx.Node | None:
     """The first consumer of ``value`` that would notice it taking ``new_facts``' layout (None: none would).
 
     ``value``'s dtype, device and sizes stay; only strides and storage offset
     change. ``users(n)`` gives the nodes that use ``n`` once the planner's
-    earlier removals are applied. A consumer does not observe the change when:
+    earlier removals are applied, and ``resolve(n)`` the value that stands for
+    ``n`` then (a removed copy of ``value`` stands for ``value``: its users'
+    arguments name it). A consumer does not observe the change when:
 
     (a) it makes a fresh value elementwise or by copying (pointwise ops,
         ``clone``, ``_to_copy``) whose layout, recomputed on meta tensors, is
@@ -326,7 +373,10 @@ def layout_observer(
     (e) it is a view whose elements do not depend on strides (slices,
         transposes, splits...) and nothing uses it;
     (f) it is a dead op that cannot raise on a layout (pointwise ops,
-        reductions, copies) and nothing uses it.
+        reductions, copies) and nothing uses it;
+    (g) it is a ``wrap`` that does not write the value and whose subgraph
+        does not observe the layout of the placeholder it binds (these rules,
+        inside the subgraph).
 
     Anything else observes: the output node (an output's recorded layout),
     stride reads, ``view``/``reshape``/``as_strided``, reductions whose result
@@ -337,7 +387,9 @@ def layout_observer(
     if new_layout is None:
         return value
     for user in users(value):
-        if not _unobserved(analysis, user, value, new_facts, users, dead_set):
+        # The arguments of ``user`` that stand for ``value`` (itself, or removed copies of it).
+        names = frozenset(a for a in _arg_nodes(user) if resolve(a) is value)
+        if not _unobserved(analysis, user, names, new_facts, users, dead_set, resolve):
             return user
     return None
 
@@ -345,13 +397,17 @@ def layout_observer(
 def _unobserved(
     analysis: AliasAnalysis,
     user: torch.fx.Node,
-    value: torch.fx.Node,
+    names: frozenset[torch.fx.Node],
     new_facts: TensorFacts,
     users: Callable[[torch.fx.Node], Sequence[torch.fx.Node]],
     dead: frozenset[torch.fx.Node],
+    resolve: Callable[[torch.fx.Node], torch.fx.Node],
 ) -> bool:
     if user.op == "output" or analysis.is_unknown(user):
         return False
+    body = wrap_body(analysis, user)
+    if body is not None:  # (g) judged through the subgraph
+        return _unobserved_in_body(analysis, user, body, names, new_facts)
     if user.op == "call_function" and user.target is operator.getitem:
         return False  # indexing the value itself (a torch-level graph): strides may matter
     op = op_of(user)
@@ -363,15 +419,15 @@ def _unobserved(
     used = bool(users(user))
     if name in _SIZE_ONLY:  # (d)
         return True
-    if value in _destinations(user, op):  # (b)
+    if names & set(_destinations(user, op)):  # (b)
         return not used and non_overlapping(new_facts)
-    if value in writes:
+    if names & set(writes):
         return False  # written, but not elementwise in full
     if is_elementwise(user) and writes:  # (c) an input of an op writing something else
         return True
     if (_POINTWISE in op.tags or name in _COPIES) and not writes:  # (a)
         recorded = _layout(analysis.facts_of(user))
-        if recorded is not None and simulate(analysis, user, {value: new_facts}) == recorded:
+        if recorded is not None and simulate(analysis, user, dict.fromkeys(names, new_facts), resolve) == recorded:
             return True
     if name in _LAYOUT_FREE_VIEWS:  # (e)
         if analysis.facts_of(user) is None:  # a tuple of views: no getitem of it may be used
@@ -380,3 +436,25 @@ def _unobserved(
     if user in dead and not used:  # (f)
         return _POINTWISE in op.tags or name in _COPIES or name in _REDUCTIONS
     return False
+
+
+def _unobserved_in_body(
+    analysis: AliasAnalysis,
+    user: torch.fx.Node,
+    body: torch.fx.GraphModule,
+    names: frozenset[torch.fx.Node],
+    new_facts: TensorFacts,
+) -> bool:
+    """(g): a ``wrap`` that only reads the value, whose subgraph does not observe the layout either."""
+    effect = analysis.effect_of(user)
+    if effect is None or effect.unknown or names & set(effect.writes) or user.kwargs:
+        return False
+    inner = _body_analysis(body)
+    placeholders = [n for n in inner.nodes if n.op == "placeholder"]
+    operands = user.args[1:]
+    if len(placeholders) != len(operands):
+        return False
+    for placeholder, operand in zip(placeholders, operands):
+        if operand in names and layout_observer(inner, placeholder, new_facts, lambda n: list(n.users)) is not None:
+            return False
+    return True

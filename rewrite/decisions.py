@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Literal
 
-__all__ = ["Reason", "Decision", "CloneEliminationReport"]
+__all__ = ["CloneEliminationReport", "Decision", "Reason"]
 
 
 class Reason(str, enum.Enum):
@@ -148,7 +148,7 @@ class CloneEliminationReport:
     """All decisions of one clone-elimination run, in graph order."""
 
     decisions: tuple[Decision, ...] = ()
-    error: Optional[str] = None
+    error: str | None = None
     notes: tuple[str, ...] = field(default=())
     #: names of the nodes the analysis could not see into (answered conservatively)
     opaque: tuple[str, ...] = field(default=())

@@ -36,10 +36,12 @@ H3 in-placed result returned: the same op, when its result is also copied back
    an alias of the input (#195451). Fix: return a clone of the result.
 H4 write-back reading the in-placed result elsewhere: after the in-place op,
    ``M`` is written a second time by its write-back, whose value reads the
-   op's result at other positions (a flip, a shifted view, a gather); Inductor
-   fuses that read into the loop that writes ``M`` and reads values it already
-   overwrote (#198270: its write-after-read tracking misses a buffer mutated
-   twice). Fix: as for H2, the op writes a clone of ``M``.
+   op's result at other positions (a flip, a shifted view, a gather, a
+   reduction; anything but same-position pointwise reads, short of an extern
+   kernel); Inductor may fuse that read into the loop that writes ``M`` and
+   read values it already overwrote (#198270: its write-after-read tracking
+   misses a buffer mutated twice). Fix: as for H2, the op writes a clone of
+   ``M``.
 H5 overlapping scatter source: a scatter Inductor will do in place whose
    source overlaps (but is not exactly) the region it writes becomes one copy
    loop reading what it overwrites (#197829: ``x[1:] = x[:-1].clone()`` after
@@ -54,24 +56,34 @@ H7 offset-changing clone (joint graph, before ``remove_noop_ops``): a clone
    (#197489). Fix: spell the clone ``aten.as_strided_copy`` of the same
    layout, which the no-op removal does not know (a copy all the same).
 
-Every guard clone is a plain ``aten.clone`` (H7: ``as_strided_copy``) with
-the exact layout of its source; an FX clone whose source is written later is
-materialised by Inductor. Read literally on the FX graph a guard clone is
-removable, so the clone elimination must be told to keep them
-(:attr:`GuardReport.clones`). Each rewrite is reported (:class:`Guarded`):
-the hazard, where, and the bytes it copies.
+Every guard copy is an ``aten.clone`` (H7: ``aten.as_strided_copy``); where
+its layout is observed (a returned value, a scatter's base: H2-H4) it keeps
+the exact layout of what it copies (the flat storage-prefix copy of
+:func:`rewrite.lowering.builder.copy_preserving` for a strided view). An FX
+clone whose source Inductor writes later is materialised before that write.
+Read literally on the FX graph a guard clone is removable, so the clone
+elimination must be told to keep them (:attr:`GuardReport.clones`; H1 runs
+before it, H2-H6 after it). Which ops Inductor will write in place is
+predicted from the graph (:func:`predict_reinplacing`); a prediction of "in
+place" that Inductor does not follow costs a copy, never a wrong result.
+Each rewrite is reported (:class:`Guarded`): the hazard, where, and the
+bytes it copies.
 
 Example
 -------
 >>> import torch
 >>> from torch.fx.experimental.proxy_tensor import make_fx
->>> def post_grad(dst, src):  # what Inductor's hook sees for ``dst[:] = src; src.add_(1)``
+>>> def f(dst, src):
 ...     src.copy_(src + 1)
-...     dst.copy_(src)        # reads src after its write-back: the old value was meant
->>> gm = make_fx(post_grad, tracing_mode="fake")(torch.zeros(3), torch.ones(3))
+...     dst.copy_(src)
+>>> gm = make_fx(f, tracing_mode="fake")(torch.zeros(3), torch.ones(3))
+>>> first, second = [n for n in gm.graph.nodes if n.target is torch.ops.aten.copy_.default]
+>>> second.replace_input_with(first, first.args[0])  # what the hook sees for ``dst[:] = src; src.add_(1)``
 >>> report = guard_stale_reads(gm.graph)
 >>> [(g.hazard.code, g.action, g.nbytes) for g in report.guarded]
 [('H1', 'reorder', 0)]
+>>> [n.name for n in gm.graph.nodes if n.op == "call_function"]  # dst takes src's old value first
+['add', 'copy__1', 'copy_']
 """
 
 from __future__ import annotations
@@ -82,7 +94,7 @@ import operator
 from collections.abc import Callable, Collection, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import torch
 import torch.fx
@@ -91,18 +103,32 @@ from aliasing import AliasAnalysis, analyze
 from aliasing.effects import SINGLE
 from aliasing.facts import known_equal, meta_value
 from aliasing.regions import Region, regions_may_overlap
-from rewrite.lowering.builder import Builder, LoweringSkip, fake_mode, recompile, replay, static_int, storage_key, view_chain
+from rewrite.lowering.builder import (
+    Builder,
+    LoweringSkip,
+    copy_preserving,
+    fake_mode,
+    recompile,
+    replay,
+    static_int,
+    storage_key,
+    view_chain,
+)
 
 __all__ = [
-    "Guarded",
     "GuardReport",
+    "Guarded",
     "Hazard",
     "InductorModel",
     "Reinplacing",
     "guard_inductor_hazards",
     "guard_joint_graph",
     "guard_stale_reads",
+    "plan_inductor_hazards",
+    "plan_offset_clones",
+    "plan_stale_reads",
     "predict_reinplacing",
+    "protected_nodes",
 ]
 
 log = logging.getLogger(__name__)
@@ -231,14 +257,18 @@ class InductorModel:
 
     ``realizing_targets``: ops whose inputs Inductor always realizes
     (``torch._inductor.lowering.needs_realized_inputs``); ``fallback_targets``:
-    ops lowered as extern kernels (``torch._inductor.lowering.fallbacks``).
-    Both feed the scatter condition of :func:`predict_reinplacing` (R4).
+    ops lowered as extern (fallback) kernels (``torch._inductor.lowering.fallbacks``);
+    both feed the scatter condition R3 of :func:`predict_reinplacing`.
+    ``kernel_targets``: ops lowered by Inductor's kernel templates
+    (``torch._inductor.kernel``: matmuls, convolutions), which like the other
+    two read their inputs in a kernel of their own (H4's path ends there).
     :mod:`rewrite.inductor` fills them from the installed Inductor; the empty
-    default treats every op as fusible.
+    default treats every ATen op as fusible.
     """
 
     realizing_targets: frozenset[Any] = frozenset()
     fallback_targets: frozenset[Any] = frozenset()
+    kernel_targets: frozenset[Any] = frozenset()
 
     def realizes_inputs(self, target: Any) -> bool:
         """True when ``target`` (an op overload or packet) always realizes its inputs."""
@@ -247,6 +277,10 @@ class InductorModel:
     def is_fallback(self, target: Any) -> bool:
         """True when ``target`` is lowered as an extern (fallback) kernel."""
         return target in self.fallback_targets
+
+    def is_separate_kernel(self, target: Any) -> bool:
+        """True when ``target`` reads its inputs in a kernel of its own (extern, template or realizing)."""
+        return self.is_fallback(target) or self.realizes_inputs(target) or target in self.kernel_targets
 
 
 # ---------------------------------------------------------------------------
@@ -263,27 +297,6 @@ _INDEX_PUTS = frozenset({aten.index_put.default, aten._unsafe_index_put.default}
 _ALWAYS_MUTATING = frozenset({aten.diagonal_scatter.default, aten.as_strided_scatter.default})
 _META_ONLY = frozenset(
     {aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default}
-)
-#: Ops that read their input at positions other than the ones they produce (H4's remapping reads).
-_REMAPPING = frozenset(
-    {
-        torch.ops.prims.rev.default,
-        aten.flip.default,
-        aten.roll.default,
-        aten.index.Tensor,
-        aten._unsafe_index.Tensor,
-        aten.index_select.default,
-        aten.gather.default,
-        aten.cat.default,
-        aten.constant_pad_nd.default,
-        aten.repeat.default,
-        aten.embedding.default,
-        aten.take_along_dim.default,
-        aten.tril.default,
-        aten.triu.default,
-        *_SCATTER_VIEWS,
-        *_INDEX_PUTS,
-    }
 )
 
 
@@ -408,6 +421,7 @@ class _CloneInput:
     before: torch.fx.Node
     evidence: tuple[str, ...]
     replay_from: torch.fx.Node | None = None  # a view defined after ``before``: replay its chain on this root
+    exact_layout: bool = False  # the copy's layout is observed (a result, a scatter's base): copy it exactly
 
 
 @dataclass(frozen=True)
@@ -444,10 +458,18 @@ def _apply(graph: torch.fx.Graph, fixes: Sequence[_Fix]) -> list[Guarded]:
                 if found is None:
                     raise LoweringSkip(f"{fix.value.name}: no view chain to replay")
                 source = replay(b, found[1], fix.replay_from)
-            c = b.call(aten.clone.default, (source,))
-        fix.user.replace_input_with(fix.value, c)
-        replayed = tuple(n.name for n in b.created[start:-1])
-        done.append(Guarded(fix.hazard, fix.user.name, "clone", (c.name,), _nbytes(c), fix.evidence + replayed))
+            c = value = None
+            if fix.exact_layout:
+                try:
+                    cp = copy_preserving(b, source)  # a flat prefix copy for a strided view
+                    c, value = cp.clone, cp.value
+                except LoweringSkip:
+                    pass
+            if c is None or value is None:
+                c = value = b.call(aten.clone.default, (source,))
+        fix.user.replace_input_with(fix.value, value)
+        helpers = tuple(n.name for n in b.created[start:] if n is not c)
+        done.append(Guarded(fix.hazard, fix.user.name, "clone", (c.name,), _nbytes(c), fix.evidence + helpers))
     if fixes:
         graph.lint()
         recompile(graph)
@@ -458,15 +480,22 @@ def _guarded_rounds(
     graph: torch.fx.Graph,
     plan: Callable[[AliasAnalysis], list[_Fix]],
     *,
+    relevant: Callable[[torch.fx.Graph], bool],
     donated_inputs: Iterable[int],
     max_rounds: int,
 ) -> GuardReport:
-    """Plan against a fresh analysis, apply, repeat until a round finds nothing (never raises)."""
+    """Plan against a fresh analysis, apply, repeat until a round finds nothing (never raises).
+
+    ``relevant`` is a cheap scan of the graph: without the nodes a hazard
+    needs, no analysis is built at all.
+    """
     done: list[Guarded] = []
     seen: set[tuple[Hazard, torch.fx.Node]] = set()
     donated = tuple(donated_inputs)
     try:
         for _ in range(max(1, max_rounds)):
+            if not relevant(graph):
+                break
             fixes = [f for f in plan(analyze(graph, donated_inputs=donated)) if (f.hazard, _where(f)) not in seen]
             if not fixes:
                 break
@@ -499,10 +528,11 @@ def _epilogue_start(a: AliasAnalysis) -> int:
 
 
 def plan_stale_reads(a: AliasAnalysis) -> list[_Fix]:
-    """H1: the write-backs that read an input after its own write-back, and how to restore the old value.
+    """H1: the first write-back that reads an input after its own write-back, and how to restore the old value.
 
     Only the trailing epilogue of write-backs is considered: anywhere else a
-    read after a write may be meant.
+    read after a write may be meant. One write-back is fixed per round (a
+    reorder changes the positions the next decision depends on).
     """
     start = _epilogue_start(a)
     nodes = a.nodes
@@ -516,7 +546,7 @@ def plan_stale_reads(a: AliasAnalysis) -> list[_Fix]:
             for w in write_backs:
                 if a.position(w) >= pos:
                     break
-                if root is w.args[0] and a.may_overlap(x, w.args[0]):  # type: ignore[arg-type]
+                if root is w.args[0] and a.may_overlap(x, root):
                     stale.append((x, w))
                     break
         if not stale:
@@ -525,11 +555,11 @@ def plan_stale_reads(a: AliasAnalysis) -> list[_Fix]:
         evidence = tuple(sorted({w.name for _, w in stale}))
         reorder = _plan_reorder(a, n, first, {x for x, _ in stale})
         if reorder is not None:
-            fixes.append(_Reorder(Hazard.STALE_INPUT_READ, n, first, reorder, evidence))
-            continue
+            return [_Reorder(Hazard.STALE_INPUT_READ, n, first, reorder, evidence)]
         for x, w in stale:
             replay_from = None if a.position(x) < a.position(w) else _view_root(a, x)
             fixes.append(_CloneInput(Hazard.STALE_INPUT_READ, n, x, w, evidence, replay_from))
+        return fixes
     return fixes
 
 
@@ -571,15 +601,23 @@ def guard_stale_reads(graph: torch.fx.Graph, *, donated_inputs: Iterable[int] = 
     --------
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
-    >>> def swapped(a, b):  # ``t = a.clone(); a.copy_(b); b.copy_(t)`` after the clone was dropped
+    >>> def swapped(a, b):
     ...     a.copy_(b)
     ...     b.copy_(a)
     >>> gm = make_fx(swapped, tracing_mode="fake")(torch.zeros(2), torch.ones(2))
+    >>> first, second = [n for n in gm.graph.nodes if n.target is torch.ops.aten.copy_.default]
+    >>> second.replace_input_with(first, first.args[0])  # ``t = a.clone(); a.copy_(b); b.copy_(t)``, clone dropped
     >>> print(guard_stale_reads(gm.graph))
     fx-aliasing guard: 1 hazard(s) guarded (H1 clone at copy__1); 1 copy(ies), 8 B
       H1 stale-input-read: clone at copy__1, cloned clone_default; 8 B (evidence: copy_)
     """
-    return _guarded_rounds(graph, plan_stale_reads, donated_inputs=donated_inputs, max_rounds=2)
+    return _guarded_rounds(
+        graph, plan_stale_reads, relevant=_has_two_write_backs, donated_inputs=donated_inputs, max_rounds=8
+    )
+
+
+def _has_two_write_backs(graph: torch.fx.Graph) -> bool:
+    return sum(1 for n in graph.find_nodes(op="call_function", target=aten.copy_.default) if _is_write_back(n)) >= 2
 
 
 # ---------------------------------------------------------------------------
@@ -642,9 +680,16 @@ def _realized(n: torch.fx.Node, model: InductorModel) -> bool:
 
 
 def _uses_between(
-    a: AliasAnalysis, into: torch.fx.Node, start: torch.fx.Node, end: torch.fx.Node | None
+    a: AliasAnalysis,
+    into: torch.fx.Node,
+    start: torch.fx.Node,
+    end: torch.fx.Node | None,
+    chain: Collection[torch.fx.Node] = (),
 ) -> bool:
-    """R3: a use of memory overlapping ``into`` after ``start`` (and before ``end``), other than metadata."""
+    """R2: a use of memory overlapping ``into`` after ``start`` (and before ``end``), other than metadata.
+
+    The scatters of a fused ``chain`` are not uses: Inductor replaces them by one scatter at ``start``.
+    """
     lo = a.position(start)
     hi = a.position(end) if end is not None else len(a.nodes)
     sharing = {v for s in a.storage_of(into) for v in a.values_in(s)}
@@ -655,7 +700,7 @@ def _uses_between(
             p = a.position(u)
             if p <= lo or p >= hi:
                 continue
-            if _meta_only_use(u, a):
+            if u in chain or _meta_only_use(u, a):
                 continue
             if u.target is aten.copy_.default and u.args[0] is into:
                 continue
@@ -686,7 +731,13 @@ def predict_reinplacing(a: AliasAnalysis, model: InductorModel | None = None) ->
     for n in a.nodes:
         if _is_write_back(n):
             first_write_back.setdefault(n.args[0], n)  # type: ignore[arg-type]
-    inner_of_fused: set[torch.fx.Node] = set()
+    inner_of_fused: set[torch.fx.Node] = set()  # scatters Inductor fuses into the scatter of their result
+    for n in a.nodes:
+        if n.op == "call_function" and n.target in _SCATTER_VIEWS:
+            inner = _fused_inner(n)
+            while inner is not None:
+                inner_of_fused.add(inner)
+                inner = _fused_inner(inner)
     out: list[Reinplacing] = []
     for n in a.nodes:
         if n.op != "call_function" or not n.args or not isinstance(n.args[0], torch.fx.Node):
@@ -700,7 +751,6 @@ def predict_reinplacing(a: AliasAnalysis, model: InductorModel | None = None) ->
         start, views, source = n, [n], n.args[1] if is_scatter else None
         inner = _fused_inner(n) if is_scatter else None
         while inner is not None:
-            inner_of_fused.add(inner)
             start, source = inner, inner.args[1]
             views.append(inner)
             inner = _fused_inner(inner)
@@ -709,11 +759,11 @@ def predict_reinplacing(a: AliasAnalysis, model: InductorModel | None = None) ->
             write_back = first_write_back.get(into)
             if write_back is None:
                 continue  # R1
-            if _uses_between(a, into, start, write_back):
+            if _uses_between(a, into, start, write_back, views):
                 continue  # R2
         elif any(_is_pre_existing(v) for s in a.storage_of(into) for v in a.values_in(s)):
             continue  # R1: a view of an input
-        elif _uses_between(a, into, start, None):
+        elif _uses_between(a, into, start, None, views):
             continue  # R2
         drops = write_back is not None and write_back.args[1] is n
         if is_scatter:
@@ -755,9 +805,23 @@ def _late_uses(a: AliasAnalysis, value: torch.fx.Node, after: torch.fx.Node) -> 
     )
 
 
-def _reads_elsewhere(a: AliasAnalysis, r: Reinplacing) -> bool:
-    """H4: the write-back's value reads ``r.node``'s result at other positions on its way (same-shape pointwise
-    ops and identity views read the same positions; reductions, matmuls and extern ops realize their input)."""
+def _is_extern(u: torch.fx.Node, model: InductorModel) -> bool:
+    """An op Inductor runs as a separate kernel that reads its inputs before anything after it runs."""
+    t = u.target
+    if isinstance(t, torch._ops.OpOverload):
+        return t.namespace not in ("aten", "prims") or model.is_separate_kernel(t)
+    return isinstance(t, torch._ops.HigherOrderOperator)
+
+
+def _reads_elsewhere(a: AliasAnalysis, r: Reinplacing, model: InductorModel) -> bool:
+    """H4: the write-back's value depends on ``r.node``'s result read at other positions.
+
+    A same-shape pointwise op and a view of the same layout read the positions
+    they produce; an extern kernel (a matmul, a custom op) reads all of its
+    input before anything after it runs: the path ends there. Anything else
+    (other views, reductions, flips, gathers, concatenations) may be fused
+    into the loop that writes ``r.into`` and reads other positions.
+    """
     wb = r.write_back
     if wb is None or r.drops_write_back:
         return False
@@ -776,22 +840,18 @@ def _reads_elsewhere(a: AliasAnalysis, r: Reinplacing) -> bool:
             continue
         vt = _tensor(v)
         for u in v.users:
-            if a.position(u) >= end or u.op != "call_function":
+            if a.position(u) >= end or u.op != "call_function" or _is_extern(u, model):
                 continue
             ut = _tensor(u)
-            if ut is None or vt is None:
-                continue
-            if _is_pure_view(a, u):
-                same = _same_region(_region_of_value(ut), _region_of_value(vt))
-                todo.append((u, remapped or not same))
-            elif u.target in _REMAPPING:
-                todo.append((u, True))
-            elif isinstance(u.target, torch._ops.OpOverload) and torch.Tag.pointwise in u.target.tags:
-                same = tuple(ut.shape) == tuple(vt.shape) and _same_region(
-                    Region(0, tuple(ut.shape), tuple(ut.stride()), 1), Region(0, tuple(vt.shape), tuple(vt.stride()), 1)
-                )
-                todo.append((u, remapped or not same))
-            # anything else computes a separate buffer first: the path ends there
+            same = False
+            if ut is not None and vt is not None and tuple(ut.shape) == tuple(vt.shape):
+                if _is_pure_view(a, u):
+                    same = _same_region(_region_of_value(ut), _region_of_value(vt))
+                elif isinstance(u.target, torch._ops.OpOverload) and torch.Tag.pointwise in u.target.tags:
+                    same = _same_region(
+                        Region(0, tuple(ut.shape), tuple(ut.stride()), 1), Region(0, tuple(vt.shape), tuple(vt.stride()), 1)
+                    )
+            todo.append((u, remapped or not same))
     return False
 
 
@@ -832,23 +892,26 @@ def _dtype_view_hazards(a: AliasAnalysis) -> list[_Fix]:
 
 def plan_inductor_hazards(a: AliasAnalysis, model: InductorModel | None = None) -> list[_Fix]:
     """H2-H6 on the final post-grad graph: the protective clones Inductor's later passes need."""
+    m = model or InductorModel()
     fixes: list[_Fix] = []
-    for r in predict_reinplacing(a, model):
+    for r in predict_reinplacing(a, m):
         wb = r.write_back
         if wb is not None and not r.drops_write_back:
             late = _late_uses(a, r.node, wb)
             if late:
                 ev = (wb.name, *(u.name for u in late[:2]))
-                fixes.append(_CloneInput(Hazard.OVERWRITTEN_RESULT, r.node, r.into, r.node, ev))
+                fixes.append(_CloneInput(Hazard.OVERWRITTEN_RESULT, r.node, r.into, r.node, ev, exact_layout=True))
                 continue
-            if _reads_elsewhere(a, r):
-                fixes.append(_CloneInput(Hazard.WRITE_BACK_READS_ELSEWHERE, r.node, r.into, r.node, (wb.name,)))
+            if _reads_elsewhere(a, r, m):
+                fixes.append(
+                    _CloneInput(Hazard.WRITE_BACK_READS_ELSEWHERE, r.node, r.into, r.node, (wb.name,), exact_layout=True)
+                )
                 continue
         if wb is not None and r.drops_write_back:
             out = a.output_node
             for v in _output_aliases(a, r.node):
                 if out is not None:
-                    fixes.append(_CloneInput(Hazard.ESCAPING_RESULT, out, v, out, (r.into.name, wb.name)))
+                    fixes.append(_CloneInput(Hazard.ESCAPING_RESULT, out, v, out, (r.into.name, wb.name), exact_layout=True))
         if r.source is not None and r.region is not None and _overlaps_destination(a, r):
             user = r.start
             fixes.append(_CloneInput(Hazard.OVERLAPPING_SOURCE, user, r.source, user, (r.into.name,)))
@@ -883,13 +946,26 @@ def guard_inductor_hazards(
     >>> from torch.fx.experimental.proxy_tensor import make_fx
     >>> def post_grad(x, src):  # ``y = x.slice_scatter(src, 0, 1, 3); x.zero_(); return y`` (#198094)
     ...     y = torch.ops.aten.slice_scatter.default(x, src, 0, 1, 3)
-    ...     x.copy_(torch.zeros_like(x))
+    ...     x.copy_(torch.zeros(4, 2))
     ...     return y
     >>> gm = make_fx(post_grad, tracing_mode="fake")(torch.zeros(4, 2), torch.ones(2, 2))
     >>> [(g.hazard.code, g.action, g.nbytes) for g in guard_inductor_hazards(gm.graph).guarded]
     [('H2', 'clone', 32)]
     """
-    return _guarded_rounds(graph, lambda a: plan_inductor_hazards(a, model), donated_inputs=donated_inputs, max_rounds=4)
+    return _guarded_rounds(
+        graph,
+        lambda a: plan_inductor_hazards(a, model),
+        relevant=_has_inductor_hazard_nodes,
+        donated_inputs=donated_inputs,
+        max_rounds=4,
+    )
+
+
+def _has_inductor_hazard_nodes(graph: torch.fx.Graph) -> bool:
+    """Scatters and index_puts (H2-H5) or dtype views (H6)."""
+    return any(
+        graph.find_nodes(op="call_function", target=t) for t in (*_SCATTER_VIEWS, *_INDEX_PUTS, aten.view.dtype)
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -985,7 +1061,7 @@ def guard_joint_graph(graph: torch.fx.Graph) -> GuardReport:
     >>> gm = make_fx(lambda x: offset(x[1:].clone()), tracing_mode="fake")(torch.arange(8.0))
     >>> print(guard_joint_graph(gm.graph))
     fx-aliasing guard: 1 hazard(s) guarded (H7 clone at clone); 1 copy(ies), 28 B
-      H7 offset-changing-clone-dropped: clone at clone, cloned as_strided_copy_default; 28 B (evidence: offset_default)
+      H7 offset-changing-clone-dropped: clone at clone, cloned as_strided_copy_default; 28 B (evidence: offset)
     """
     done: list[Guarded] = []
     try:

@@ -100,10 +100,14 @@ def library_source_hash() -> str:
 
 def inductor_model() -> InductorModel:
     """What the guard needs to know about the installed Inductor: the ops that realize their inputs
-    (``needs_realized_inputs``) and the extern (fallback) kernels."""
+    (``needs_realized_inputs``), the extern (fallback) kernels, and the ops lowered by its kernel
+    templates (``torch._inductor.kernel``: matmuls, convolutions)."""
     from torch._inductor import lowering
 
-    return InductorModel(frozenset(lowering.needs_realized_inputs), frozenset(lowering.fallbacks))
+    kernels = frozenset(
+        op for op, fn in lowering.lowerings.items() if str(getattr(fn, "__module__", "")).startswith("torch._inductor.kernel")
+    )
+    return InductorModel(frozenset(lowering.needs_realized_inputs), frozenset(lowering.fallbacks), kernels)
 
 
 class CloneEliminationPass(CustomGraphPass):

@@ -148,6 +148,7 @@ from rewrite.dataflow import (
     dead_readers,
     is_elementwise,
     layout_observer,
+    may_raise_on_values,
     op_of,
     write_only_args,
     writes_all_of,
@@ -240,6 +241,8 @@ class _State:
     relocated: set[str] = field(default_factory=set)
     #: nodes erased with a dead clone (C10) -> that clone
     erased: dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)
+    #: dead clones erased (C10) and the nodes erased with them: no longer in the graph
+    gone: set[torch.fx.Node] = field(default_factory=set)
 
     def find(self, sid: str) -> str:
         root = sid
@@ -308,7 +311,7 @@ class _State:
         """The nodes that use ``node`` once the removals so far are applied (C7)."""
         out: list[torch.fx.Node] = []
         for user in node.users:
-            if user in self.erased:
+            if user in self.gone:
                 continue
             if user in self.removed:
                 if self.resolve(user) is self.resolve(node):  # a removed clone or copy of it: its users take it
@@ -424,7 +427,7 @@ def _decide_replacement(state: _State, clone: torch.fx.Node, skip: frozenset[str
     if "C1" not in skip and not same_layout(fc, fo):
         if not _layout_only_change(fc, fo):
             return keep(Reason.LAYOUT, original)
-        observer = layout_observer(a, clone, fo, state.users, state.dead)
+        observer = layout_observer(a, clone, fo, state.users, state.dead, state.resolve)
         if observer is not None:
             return keep(Reason.LAYOUT, original, *([observer] if observer is not clone else []))
         relocated = True
@@ -583,7 +586,6 @@ def _scan(
     first failure, or the nodes that made the difference (dead readers, kills,
     value-preserving copies, element-exact nodes) when every condition holds.
     """
-    a = state.analysis
     croot, oroot = state.find(next(iter(info.ccls.storages))), state.find(next(iter(info.ocls.storages)))
     c_dirty: list[Region | None] = []
     o_dirty: list[Region | None] = []
@@ -595,7 +597,9 @@ def _scan(
         root = state.root_of(state.resolve(v))
         return "c" if root == croot else "o" if root == oroot else ""
 
-    for st in _steps(state, info, ro):
+    steps = _steps(state, info, ro)
+    dead = _dead_writers(state, info, steps, (croot, oroot))
+    for st in steps:
         n = st.node
         copy = _copy_between(state, info, n, ro, side)
         if copy == "self":
@@ -620,6 +624,9 @@ def _scan(
                             return keep(Reason.SAME_NODE_WRITES_ORIGINAL_READS_CLONE, n)
                         helped.append(n)
         # C2', C3': reads by nodes that matter see the value their side holds.
+        if n in dead:  # its writes reach nothing live: after the removal it does not matter either
+            helped.append(n)
+            continue
         if n in state.dead:
             if reads_c or reads_o:
                 helped.append(n)
@@ -632,7 +639,7 @@ def _scan(
                 for r in reads_o:
                     if any(_overlaps(r, d) for d in c_dirty):
                         return keep(Reason.CLONE_WRITTEN_ORIGINAL_READ, *([first_c_writer] if first_c_writer else []), n)
-        if copy is not None:  # copy_ between identical regions of c and o: both hold the copied value
+        if isinstance(copy, tuple):  # copy_ between identical regions of c and o: both hold the copied value
             region, dest_side = copy
             if dest_side == "c":
                 o_dirty = [d for d in o_dirty if not _covers(region, d, ro)]
@@ -663,6 +670,50 @@ def _scan(
         if o_dirty and info.ccls.roles & CALLER_VISIBLE:
             return keep(Reason.WRITES_CALLER_MEMORY, *([last_o_writer] if last_o_writer else []), info.clone)
     return list(dict.fromkeys(helped))
+
+
+def _dead_writers(
+    state: _State, info: _Clone, steps: list[_Step], roots: tuple[str, str]
+) -> set[torch.fx.Node]:
+    """Writers of the pair whose writes no live node reads, once ``c`` and ``o`` are one memory.
+
+    Backwards over the pair's accesses, after the removal: a node is a dead
+    writer when it writes only the clone's and the original's memory, cannot
+    raise on the values it reads, only dead nodes use its result, and no later
+    read by a node that is not dead touches what it writes (caller-visible
+    memory is read at the end, everywhere). Its reads do not matter.
+    """
+    a = state.analysis
+    live_reads: list[Region | None] = [None] if (info.ocls.roles | info.ccls.roles) & CALLER_VISIBLE else []
+    dead: set[torch.fx.Node] = set()
+    for st in reversed(steps):
+        n = st.node
+        if n in state.dead:
+            continue  # reads nothing that matters
+        written = [w for w, _ in st.c_writes] + [w for w, _ in st.o_writes]
+        if (
+            written
+            and n.op != "output"
+            and _writes_only(state, n, roots)
+            and not may_raise_on_values(a, n)
+            and all(u in state.dead or u in dead for u in state.users(n))
+            and not any(_overlaps(w, r) for w in written for r in live_reads)
+        ):
+            dead.add(n)
+            continue
+        dest_only = write_only_args(n)
+        live_reads.extend(r for r, v in st.c_reads + st.o_reads if v not in dest_only)
+        if len(live_reads) > 64:  # bound the work: anything may be read later
+            live_reads = [None]
+    return dead
+
+
+def _writes_only(state: _State, node: torch.fx.Node, roots: tuple[str, str]) -> bool:
+    """Whether ``node`` (not opaque) writes only memory of the storage classes ``roots``."""
+    effect = state.analysis.effect_of(node)
+    if effect is None or effect.unknown:
+        return False
+    return all(state.root_of(state.resolve(v)) in roots for v in effect.writes)
 
 
 def _copy_between(
@@ -797,21 +848,20 @@ def _decide_erase(state: _State, clone: torch.fx.Node, original: str) -> Decisio
     if sc is None or a.facts_of(clone) is None:
         return None
     ccls = state.cls(sc)
-    if len(ccls.storages) != 1:
-        return None  # clones merged into it: their users are its users too
     group: dict[torch.fx.Node, None] = {clone: None}
     stack = [clone]
     while stack:
         for user in stack.pop().users:
-            if user in group:
+            if user in group or user in state.gone:  # erased with another group already
                 continue
-            if user in state.removed or user.op == "output" or not _erasable(a, user):
+            # A removed copy of a member (replaced by it) is a member too: it is erased, not replaced.
+            if user.op == "output" or not _erasable(a, user):
                 return None
             group[user] = None
             stack.append(user)
     names = {n.name for n in group}
-    # The group's memory: the clone's storage and every storage a node of the group makes.
-    internal = {sc} | {
+    # The group's memory: the clone's storage class and every storage a node of the group makes.
+    internal = set(ccls.storages) | {
         sid
         for n in group
         for sid in a.storage_of(n)
@@ -824,18 +874,13 @@ def _decide_erase(state: _State, clone: torch.fx.Node, original: str) -> Decisio
             continue
         for w in effect.writes:
             for sid in a.storage_of(w):
-                if sid != sc and (
-                    sid == UNKNOWN_STORAGE
-                    or a.storage_role(sid) is not Role.INTERMEDIATE
-                    or a.storage_info(sid).origin not in names
-                ):
+                if sid not in internal:
                     return None  # it writes memory that outlives the group
-                internal.add(sid)
         if effect.writes:
             writers.append(n)
     pos = a.position(clone)
     for sid in internal:
-        for acc in _after(state.cls(sid), pos, state.removed):
+        for acc in _after(state.cls(sid), pos, state.gone):
             if acc.node not in group:
                 return None  # another node touches the group's memory
     erased = tuple(n.name for n in sorted(group, key=a.position) if n is not clone)
@@ -978,10 +1023,13 @@ def plan_clone_elimination(
                 if by_name is None:
                     by_name = {n.name: n for n in analysis.nodes}
                 group = [by_name[name] for name in d.erased]
+                state.gone.add(node)
+                state.gone.update(group)
                 for n in group:
                     state.erased[n] = node
                     state.removed.add(n)
-                touched.extend(_classes_read(state, group))
+                    state.replaced.pop(n, None)  # a removed copy of a member is erased with it
+                touched.extend(_classes_read(state, [node, *group]))
                 continue
             replacement = state.resolve(node.args[0])  # type: ignore[arg-type]
             state.replaced[node] = replacement

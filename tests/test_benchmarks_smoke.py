@@ -18,6 +18,7 @@ import torch
 import torch.fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
+import rewrite
 from benchmarks import scaling
 from benchmarks.programs import PROGRAMS, program
 from benchmarks.synthetic import (
@@ -277,3 +278,23 @@ def test_remove_clones_rejects_unknown_names() -> None:
     gm = _trace(lambda x: x.clone() + 1, (3,))
     with pytest.raises(RewriteError):
         remove_clones(gm, ["nope"])
+
+
+def test_hostile_variants_keep_their_shape() -> None:
+    gm, _ = build_transformer_graph(1)
+    no_meta = scaling.hostile_no_meta(gm.graph)
+    placeholders = [n for n in no_meta.nodes if n.op == "placeholder"]
+    assert all("val" in n.meta for n in placeholders[:5]) and not any("val" in n.meta for n in placeholders[5:])
+    assert all("val" in n.meta for n in gm.graph.nodes if n.op == "placeholder")  # the original is untouched
+    unknown = scaling.hostile_unknown(gm.graph)
+    clones = sum(1 for n in gm.graph.nodes if n.target is torch.ops.aten.clone.default)
+    assert sum(1 for n in unknown.nodes if n.target is scaling._opaque) == clones
+    for g in (no_meta, unknown):  # the pass stays sound and never raises on them
+        rewrite.eliminate_clones(g, strict=True)
+
+
+def test_real_model_graphs_are_analysed() -> None:
+    from benchmarks import models
+
+    row = models.time_analyze(models.capture_export("resnet"), 1)
+    assert row["nodes"] > 100 and row["us_per_node"] > 0

@@ -239,6 +239,19 @@ CONSTRUCTS: dict[str, str] = {
     "native_batch_norm, eval mode": r"aten\.native_batch_norm\([^\n]*, False, 0\.\d, 1e-05\)",
     "norm with weight and bias": r"functional\.\w+_norm\(v\d+, \w+, [\w.()]+, (v|x)\d+, (v|x)\d+,",
     "_unsafe_view": r"aten\._unsafe_view\(",
+    # issue 13: what a precise pass must see through
+    "contiguous()": r"\.contiguous\(\)",
+    "fill_": r"\.fill_\(",
+}
+
+#: Issue 13's patterns around a clone ``C = O.clone()``: regular expressions with ``{c}``/``{o}``
+#: standing for the clone's and the original's names, matched after the clone's line.
+PRECISION_PATTERNS: dict[str, str] = {
+    "same-element in-place op": r"{c}\.(mul|add)_\({o}\)|{o}\.add_\({c}\)",
+    "elementwise out= between clone and original": r"torch\.\w+\({o}, [^\n]*out={c}\)|torch\.\w+\({c}, [^\n]*out={o}\)",
+    "copy_ between clone and original": r"{c}\.copy_\({o}\)|{o}\.copy_\({c}\)",
+    "full overwrite of one side": r"({c}|{o})\.(zero_\(\)|fill_\(|copy_\()",
+    "dead read of the clone": r"= {c}\.(sum|amax)\(\)",
 }
 
 
@@ -250,6 +263,35 @@ def test_programs_draw_every_construct(sample: list[Program]) -> None:
     for marker in ("transpose(-2, -1)", "[..., ::2]", ")[1:]"):
         assert marker in layouts, f"no input built with {marker}"
     assert any(p.donated_inputs for p in sample) and any(not p.donated_inputs for p in sample)
+
+
+def _clone_pairs(source: str) -> list[tuple[str, str, str]]:
+    """(clone, original, the source after the clone's line) for every ``C = O.clone()`` line."""
+    pairs = []
+    for m in re.finditer(r"^    (v\d+) = (\w+)\.(clone\(\)|contiguous\(\)|clone\(memory_format[^)]*\))$", source, re.M):
+        pairs.append((m.group(1), m.group(2), source[m.end():]))
+    return pairs
+
+
+def test_programs_draw_the_precision_patterns(sample: list[Program]) -> None:
+    """The generator is biased toward what issue 13 found a precise pass must see through."""
+    found = dict.fromkeys(PRECISION_PATTERNS, 0)
+    unused_layout = elementwise_layout = 0
+    for program in sample:
+        for clone, original, rest in _clone_pairs(program.function_source):
+            for name, pattern in PRECISION_PATTERNS.items():
+                if re.search(pattern.format(c=rf"\b{clone}\b", o=rf"\b{original}\b"), rest):
+                    found[name] += 1
+            node = next((n for n in program.graph_module.graph.nodes if rewrite.is_clone_candidate(n)), None)
+            if node is None:
+                continue
+            if "contiguous" in program.function_source and not re.search(rf"\b{clone}\b", rest):
+                unused_layout += 1
+            if re.search(rf"(torch\.sin\(|\.neg\(|= ){clone}( \* 2\.0| \+ 1\.0|\)|\.neg)", rest):
+                elementwise_layout += 1
+    missing = [name for name, count in found.items() if count == 0]
+    assert not missing, f"never drawn in {len(sample)} programs: {missing}"
+    assert unused_layout > 0 and elementwise_layout > 0, (unused_layout, elementwise_layout)
 
 
 def _returns(program: Program) -> list[torch.fx.Node]:

@@ -4,7 +4,9 @@ Integration tests (each compile takes seconds on the C++ backend). Every case
 compiles a program with ``post_grad_custom_post_pass=CloneEliminationPass()``,
 runs eager and compiled on equal fresh inputs, and compares the outputs and the
 inputs afterwards (input mutations). Then it checks what the pass did: which
-functional ops it lowered and how many clones remain. The Triton case runs in a
+functional ops it lowered and how many clones remain, and that its hazard
+guard (on by default; ``tests/test_inductor_guard.py`` tests it) found
+nothing to guard in these programs. The Triton case runs in a
 subprocess: it installs a target-only Triton driver (so that Triton's mutation
 analysis works without a GPU) and runs the captured graphs with the kernel under
 the Triton interpreter (``TRITON_INTERPRET=1``).
@@ -163,6 +165,15 @@ def input_view_mutation_reads_clone(a: torch.Tensor) -> torch.Tensor:
     return a * 1
 
 
+def transposed_clone_row_mutated(x: torch.Tensor) -> torch.Tensor:
+    """A mutated row of a transposed copy of an input. Version-1 functionalization drops the clone
+    (the joint graph's no-op removal) and writes the row back into the transposed input with a scatter;
+    the lowering then copies the base once and lets the op write the row of that copy, as version 2 does."""
+    y = x.t().clone()
+    bump_(y[1])
+    return y
+
+
 def old_value_read_after(x: torch.Tensor) -> torch.Tensor:
     y = x.clone()
     bump_(y)
@@ -213,6 +224,8 @@ def compile_and_compare(
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=lambda m, i=i: f"input {i} after the call: {m}")
     report = p.last_report if isinstance(p, CloneEliminationPass) else None
     assert report is not None and report.error is None, report
+    if p.guard:
+        assert p.last_guard_report is not None and p.last_guard_report.guarded == (), str(p.last_guard_report)
     return report
 
 
@@ -288,6 +301,28 @@ def test_dynamic_shapes(fn: Callable[..., Any], inputs: Callable[[], list[torch.
     assert report.lowering.skipped == () and remaining(report) == 0, str(report)
 
 
+def test_v1_transposed_row_copies_the_base_once() -> None:
+    """``y = x.t().clone(); bump_(y[1]); return y`` under version 1: stock Inductor copies the row (the flat
+    storage prefix of a strided view) and then the whole transposed input (the scatter write-back): 2 copies,
+    88 bytes. The pass clones the base once and lets the op write the row of that clone, as version 2 does."""
+    from torch._inductor.utils import run_and_get_code
+
+    from benchmarks.inductor_copies import count_copies
+
+    report = compile_and_compare(transposed_clone_row_mutated, randn((3, 4)), v2=False)
+    assert [low.kind for low in report.lowering.lowered] == ["auto_functionalized"]
+    assert remaining(report) == 1 and report.dropped_copies == ()
+    counts = {}
+    for name, options in (("stock", {}), ("pass", {"post_grad_custom_post_pass": CloneEliminationPass()})):
+        torch._dynamo.reset()
+        with torch._inductor.config.patch(enable_auto_functionalized_v2=False, fx_graph_cache=False):
+            compiled = torch.compile(transposed_clone_row_mutated, fullgraph=True, options=options)
+            _, code = run_and_get_code(compiled, *randn((3, 4))())
+        c = [count_copies(src) for src in code]
+        counts[name] = (sum(x.copies for x in c), sum(x.nbytes for x in c))
+    assert counts == {"stock": (2, 88), "pass": (1, 48)}
+
+
 def test_old_value_read_keeps_clone() -> None:
     report = compile_and_compare(old_value_read_after, randn((8,)))
     assert remaining(report) == 1
@@ -334,6 +369,7 @@ def test_uuid_changes_with_configuration() -> None:
     base = CloneEliminationPass()
     assert base.uuid() == CloneEliminationPass().uuid()
     assert base.uuid() != CloneEliminationPass(lower_functional=False).uuid()
+    assert base.uuid() != CloneEliminationPass(guard=False).uuid()
     assert base.uuid() != CloneEliminationPass(donated_inputs=(0,)).uuid()
     assert CloneEliminationPass(donated_inputs=(0,)).uuid() != CloneEliminationPass(donated_inputs=(1,)).uuid()
     assert len(library_source_hash()) == 64

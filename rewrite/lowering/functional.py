@@ -19,7 +19,12 @@ from typing import cast
 import torch
 import torch.fx
 
-from rewrite.lowering.auto_functionalized import lower_auto_functionalized, nested_lists
+from rewrite.lowering.auto_functionalized import (
+    base_write_backs,
+    fold_base_write_backs,
+    lower_auto_functionalized,
+    nested_lists,
+)
 from rewrite.lowering.auto_functionalized_v2 import lower_auto_functionalized_v2
 from rewrite.lowering.builder import SELF, Builder, LoweringSkip, fake_mode, recompile, undo
 from rewrite.lowering.reports import Kind, Lowered, LoweringReport, Skipped
@@ -106,7 +111,7 @@ def lower_functional_ops(graph: torch.fx.Graph, *, scatters: bool = True) -> Low
         try:
             with graph.inserting_before(node):
                 if kind == "auto_functionalized":
-                    clones, call, repl = lower_auto_functionalized(b, node)
+                    clones, call, repl = lower_auto_functionalized(b, node, base_write_backs(node))
                 elif kind == "auto_functionalized_v2":
                     clones, call, repl = lower_auto_functionalized_v2(b, node)
                 else:
@@ -114,6 +119,7 @@ def lower_functional_ops(graph: torch.fx.Graph, *, scatters: bool = True) -> Low
             lists = nested_lists(node, call) if kind == "auto_functionalized" else {}
             _check_rewirable(node, repl, lists)
             _rewire(graph, node, repl, lists)
+            fold_base_write_backs(graph, repl)
         except LoweringSkip as e:
             undo(graph, b, start)
             skipped.append(Skipped(name, kind, str(e)))
@@ -124,7 +130,7 @@ def lower_functional_ops(graph: torch.fx.Graph, *, scatters: bool = True) -> Low
             skipped.append(Skipped(name, kind, f"{type(e).__name__}: {e}"))
             log.debug("not lowered: %s (%s): %s: %s", name, kind, type(e).__name__, e)
             continue
-        new_values.update(v for v in repl.values() if isinstance(v, torch.fx.Node))
+        new_values.update(v for k, v in repl.items() if isinstance(v, torch.fx.Node) and not isinstance(k, torch.fx.Node))
         for values in lists.values():
             new_values.update(values)
         lowered.append(Lowered(name, kind, tuple(c.name for c in clones), call.name))

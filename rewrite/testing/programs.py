@@ -378,6 +378,7 @@ _KINDS: tuple[tuple[str, int], ...] = (
     ("out", 2),
     ("custom", 1),
     ("norm", 3),
+    ("pattern", 3),  # last: shrinking toward kind 0 leaves the older kinds' draws as they were
 )
 
 
@@ -685,6 +686,85 @@ class _Builder:
         # Half the time, later statements stop aiming at this pair (so that the hazard
         # is not always masked by later reads and writes of both sides).
         self._focus_off = self._int(0, 1) == 1
+
+    def _draw_pattern(self) -> None:
+        """A clone, then one of the patterns a precise pass must see through (issue 13).
+
+        - an unused layout-changing clone (``v.contiguous()`` of a non-contiguous value);
+        - a layout-changing clone read by an elementwise op or copied;
+        - a dead read of the clone after a write of its original (``c.sum()`` unused);
+        - a clone only written, never read;
+        - a same-element in-place op between the clone and its original
+          (``c.mul_(o)``, ``torch.mul(o, 2.0, out=c)``, ``o.add_(c)``);
+        - a ``copy_`` between the clone and its original (``c.copy_(o)``, ``o.copy_(c)``);
+        - a write of one side, then a full overwrite (``zero_``, ``fill_``, ``copy_``
+          of the whole region) of the other.
+
+        Most end with a read of one side.
+        """
+        which = self._int(0, 6)
+        if which <= 1:
+            strided = [v for v in self.values if not v.tensor.is_contiguous() and v.tensor.numel() > 1]
+            if not strided:
+                raise _Rejected("no non-contiguous value")
+            src = self._pick(strided)
+            form = self._choice(["{x}.contiguous()", "{x}.clone(memory_format=torch.contiguous_format)"])
+            self._emit(form.format(x=src.name), "clone", original=src.name)
+            self._focus_off = False
+            if which == 0:
+                return
+            made = self.values[-1].name
+            consumer = self._choice(
+                ["torch.sin({c})", "{c} * 2.0", "{c} + 1.0", "{c}.neg()", "{c} + {o}", "{c}.clone()", "copy"]
+            )
+            if consumer == "copy":
+                dst = [v for v in self.values if v.writable and v.shape == src.shape and v.name != made]
+                if not dst:
+                    raise _Rejected("no destination")
+                self._emit(f"{self._choice(dst).name}.copy_({made})", "inplace", bind=self._bind_inplace())
+            else:
+                self._emit(consumer.format(c=made, o=src.name), "fresh")
+            return
+        src = self.values[-1] if self._int(0, 2) == 0 else self._pick(self.values)
+        self._emit(f"{src.name}.clone()", "clone", original=src.name)
+        self._focus_off = False
+        c, o = self.values[-1], src
+        o_writable = o.writable
+        read_after = True
+        if which == 2:  # a dead read of the clone after a write of the original
+            if not o_writable:
+                raise _Rejected("original not writable")
+            self._emit(self._choice(["{o}.add_(1.0)", "{o}.mul_(-0.5)", "{o}.zero_()"]).format(o=o.name), "inplace", bind=False)
+            self._emit(self._choice(["{c}.sum()", "{c} * 2.0", "{c}.amax()"]).format(c=c.name), "fresh")
+            read_after = False
+        elif which == 3:  # the clone only written
+            self._emit(self._choice(["{c}.add_(1.0)", "{c}.mul_({o})", "{c}.zero_()", "{c}.fill_(0.5)"]).format(c=c.name, o=o.name), "inplace", bind=False)
+            read_after = False
+        elif which == 4:  # same elements read and written by one node
+            forms = ["{c}.mul_({o})", "{c}.add_({o})", "torch.mul({o}, 2.0, out={c})", "torch.add({o}, {c}, out={c})"]
+            if o_writable:
+                forms += ["{o}.add_({c})", "torch.mul({c}, 2.0, out={o})"]
+            self._emit(self._choice(forms).format(c=c.name, o=o.name), "inplace", bind=self._bind_inplace())
+        elif which == 5:  # a copy between the clone and its original
+            forms = ["{c}.copy_({o})"] + (["{o}.copy_({c})"] if o_writable else [])
+            if self._int(0, 1):  # after a write of one side
+                first = self._choice(["{c}.mul_(2.0)"] + (["{o}.add_(1.0)"] if o_writable else []))
+                self._emit(first.format(c=c.name, o=o.name), "inplace", bind=False)
+            self._emit(self._choice(forms).format(c=c.name, o=o.name), "inplace", bind=self._bind_inplace())
+        else:  # a write of one side, then a full overwrite of the other
+            if not o_writable:
+                raise _Rejected("original not writable")
+            written, other = self._choice([(c, o), (o, c)])
+            self._emit(f"{written.name}.add_(1.0)", "inplace", bind=False)
+            source = self._source_for(other, allow_same=False)
+            forms = ["{x}.zero_()", "{x}.fill_(1.5)"] + (["{x}.copy_({s})"] if source is not None else [])
+            self._emit(self._choice(forms).format(x=other.name, s=source.name if source else ""), "inplace", bind=False)
+        if read_after and self._int(0, 3) != 0:
+            self._aim = (c if self._int(0, 1) else o).storage
+            try:
+                self._draw_pointwise()
+            finally:
+                self._aim = None
 
     def _draw_pointwise(self) -> None:
         a = self._pick(self.values)

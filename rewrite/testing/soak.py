@@ -267,13 +267,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--precision",
         action="store_true",
         help="measure eliminate_clones against the greedy dynamic oracle instead "
-        "(rewrite.testing.precision): print removed / greedy-removable",
+        "(rewrite.testing.precision): print removed / greedy-removable, with and without "
+        "dead-clone erasure (C10)",
+    )
+    parser.add_argument(
+        "--min-programs",
+        type=int,
+        default=0,
+        help="with --precision: keep drawing batches of 100 until at least this many programs are measured",
     )
     args = parser.parse_args(argv)
     if args.minutes <= 0:
         parser.error("--minutes must be positive")
     if args.precision:
-        return _precision_campaign(args.minutes, args.seed, args.max_ops)
+        return _precision_campaign(args.minutes, args.seed, args.max_ops, args.min_programs)
     figures = run_campaign(args.minutes, seed=args.seed, out=args.out, max_ops=args.max_ops)
     print(figures.summary())
     data: dict[str, Any] = asdict(figures)
@@ -281,40 +288,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if any(figures.failures.values()) else 0
 
 
-def _precision_campaign(minutes: float, seed: int, max_ops: int) -> int:
-    """Batches of 100 programs until the time is up; prints the running ratio, then the report."""
+def _precision_campaign(minutes: float, seed: int, max_ops: int, min_programs: int = 0) -> int:
+    """Batches of 100 programs until the time is up (and ``min_programs`` are measured); prints the
+    running ratio, then the report, for ``eliminate_clones`` with and without dead-clone erasure (C10)
+    on the same programs."""
     from rewrite.testing.precision import PrecisionReport, measure_precision, sample_programs
 
     deadline = time.monotonic() + minutes * 60
-    total = PrecisionReport()
+    totals = {"erase": PrecisionReport(), "no-erase": PrecisionReport()}
     batch = 0
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline or totals["erase"].programs < min_programs:
         drawn = sample_programs(100, seed=seed + batch, max_ops=max_ops)
-        part = measure_precision(
-            lambda gm, donated: rewrite.eliminate_clones(gm, donated_inputs=donated, strict=True), drawn
-        )
-        for name in ("programs", "clones", "removed", "greedy", "unsound_programs", "beats"):
-            setattr(total, name, getattr(total, name) + getattr(part, name))
-        total.short.extend(part.short)
+        cache: dict[str, tuple[str, ...]] = {}
+        for variant, total in totals.items():
+            erase = variant == "erase"
+            part = measure_precision(
+                lambda gm, donated: rewrite.eliminate_clones(
+                    gm, donated_inputs=donated, strict=True, erase_dead=erase  # called at once
+                ),
+                drawn,
+                greedy_cache=cache,
+            )
+            for name in ("programs", "clones", "removed", "greedy", "unsound_programs", "beats"):
+                setattr(total, name, getattr(total, name) + getattr(part, name))
+            total.short.extend(part.short)
         batch += 1
-        print(f"batch {batch}: {total.programs} programs, ratio {total.ratio:.3f}", file=sys.stderr)
-    print(total.summary())
-    print(
-        json.dumps(
-            {
-                "programs": total.programs,
-                "clones": total.clones,
-                "removed": total.removed,
-                "greedy": total.greedy,
-                "ratio": round(total.ratio, 4),
-                "programs_short": len(total.short),
-                "programs_beating_greedy": total.beats,
-                "unsound_programs": total.unsound_programs,
-            },
-            sort_keys=True,
+        print(
+            f"batch {batch}: {totals['erase'].programs} programs, ratio {totals['erase'].ratio:.3f} "
+            f"({totals['no-erase'].ratio:.3f} without dead-clone erasure)",
+            file=sys.stderr,
         )
-    )
-    return 1 if total.unsound_programs else 0
+    figures: dict[str, Any] = {}
+    for variant, total in totals.items():
+        print(f"--- eliminate_clones ({'with' if variant == 'erase' else 'without'} dead-clone erasure, C10)")
+        print(total.summary())
+        figures[variant] = {
+            "programs": total.programs,
+            "clones": total.clones,
+            "removed": total.removed,
+            "greedy": total.greedy,
+            "ratio": round(total.ratio, 4),
+            "programs_short": len(total.short),
+            "programs_beating_greedy": total.beats,
+            "unsound_programs": total.unsound_programs,
+        }
+    print(json.dumps(figures, sort_keys=True))
+    return 1 if any(t.unsound_programs for t in totals.values()) else 0
 
 
 if __name__ == "__main__":

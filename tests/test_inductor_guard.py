@@ -1,0 +1,793 @@
+"""The hazard guard end to end: Inductor's own aliasing bugs, stock and with every fx-aliasing hook.
+
+Integration tests (each compile takes a second or more on the C++ backend).
+Every program is run eagerly and compiled twice on equal fresh inputs: stock
+Inductor, and with :func:`rewrite.inductor.compile_options` (the one-line
+install: the clone elimination with its guard as ``post_grad_custom_post_pass``
+and :class:`rewrite.inductor.JointGraphGuard` as ``joint_custom_pre_pass``).
+Each run is compared with eager on the outputs (values and strides), the
+inputs and module buffers afterwards (mutations), and which outputs share
+storage with which inputs or buffers.
+
+- *Faithful repros* of public bug reports (the ``issue`` column) are in the
+  default suite; stock Inductor must get them wrong (the bug is real on this
+  torch), ``aot_eager`` right (the bug is Inductor's), and the guarded compile
+  right, guarding exactly the hazards listed.
+- *Variants* of each bug class (views of inputs, registered buffers, other
+  dims and ops, dynamic shapes): right when guarded, with the listed hazards;
+  a variant that stock gets wrong and the guard does not guard fails. Some
+  are right on stock by luck (``latent``): the hazard is there (Inductor does
+  not order the accesses) and the guard pays for it.
+- *Controls* have none of the hazards: stock is right, the guard does nothing,
+  and the generated code has exactly stock's copies (counted by
+  :func:`benchmarks.inductor_copies.count_copies`).
+
+The long tail of variants is marked ``slow``. ``benchmarks/inductor_copies.py``
+imports :data:`PROGRAMS` and tabulates their copies.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+
+from rewrite.inductor import CloneEliminationPass, JointGraphGuard, compile_options
+
+# --- custom ops ------------------------------------------------------------------------
+
+
+@torch.library.custom_op("fxa_guard_test::storage_offset", mutates_args=())
+def storage_offset_of(x: torch.Tensor) -> torch.Tensor:
+    """The storage offset of ``x`` as a tensor (pytorch/pytorch#197489's op)."""
+    return torch.tensor(x.storage_offset(), device=x.device, dtype=torch.int64)
+
+
+@storage_offset_of.register_fake
+def _storage_offset_fake(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty((), device=x.device, dtype=torch.int64)
+
+
+@torch.library.custom_op("fxa_guard_test::total", mutates_args=())
+def total(x: torch.Tensor) -> torch.Tensor:
+    """The sum of ``x``: an opaque op that does not look at layouts."""
+    return x.sum()
+
+
+@total.register_fake
+def _total_fake(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty((), device=x.device, dtype=x.dtype)
+
+
+# --- programs: faithful repros ---------------------------------------------------------
+
+
+def shift_rows(x: torch.Tensor) -> torch.Tensor:
+    """pytorch/pytorch#197829."""
+    x[1:] = x[:-1].clone()  # every row takes the row before it
+    return x
+
+
+def scatter_then_zero(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """pytorch/pytorch#198094."""
+    y = torch.slice_scatter(x, src[1:3], dim=0, start=1, end=3)  # a fresh tensor in eager
+    x.zero_()
+    return y
+
+
+def diagonal_scatter_then_fill(x: torch.Tensor) -> torch.Tensor:
+    """pytorch/pytorch#198094 (second shape): a value-wise no-op scatter."""
+    y = torch.diagonal_scatter(x, x.diagonal())
+    x.fill_(2)
+    return y
+
+
+def index_fill_clone_clamp(x: torch.Tensor) -> torch.Tensor:
+    """pytorch/pytorch#198094 (third shape): a clone taken after an ``index_fill_``."""
+    x.index_fill_(0, torch.tensor([1]), -1)
+    y = x.clone()
+    x.clamp_(min=0)
+    return y
+
+
+def copy_then_add(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """pytorch/pytorch#198131."""
+    dst[0:, :] = src[0:, :]  # copy src -> dst (full-slice view as the source)
+    src.add_(1)  # then mutate src
+    return src
+
+
+def offset_of_clone(x: torch.Tensor) -> torch.Tensor:
+    """pytorch/pytorch#197489."""
+    return storage_offset_of(x[1:].clone())  # the slice has offset 1, its clone 0
+
+
+def dtype_view_then_write(x: torch.Tensor) -> torch.Tensor:
+    """pytorch/pytorch#198101."""
+    y = x.view(torch.int32) * 2  # reads x (as int32 pairs) -> fresh tensor
+    y.sub_(-4)
+    x[:, 2:5] = 2  # mutate the input afterwards
+    return y.view(torch.int64)  # must reflect x before the mutation
+
+
+def index_put_then_add_flip(x: torch.Tensor) -> torch.Tensor:
+    """pytorch/pytorch#198270."""
+    x.index_put_((torch.arange(x.size(0), device=x.device),), x * 2.0)
+    x.add_(x.flip(0))
+    return x
+
+
+def scatter_copied_back_and_returned(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """pytorch/pytorch#195451: the result must not alias ``x``."""
+    updated = torch.slice_scatter(x, src, 0, 0, 1)
+    x.copy_(updated)
+    return updated
+
+
+# --- programs: variants ----------------------------------------------------------------
+
+
+def assign_view_then_mul(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    dst[:] = src.view(3, 4)  # src is used first: its write-back comes first
+    src.mul_(2)
+    return dst
+
+
+def copy_into_two_then_add(d1: torch.Tensor, d2: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    d1[0:, :] = src[0:, :]
+    d2[0:, :] = src[0:, :]
+    src.add_(1)
+    return src
+
+
+def swap_through_clone(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    t = a.clone()
+    a.copy_(b)
+    b.copy_(t)  # a cycle of write-backs: no order works, a copy does
+    return a + 0
+
+
+class BufferIntoInput(torch.nn.Module):
+    state: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("state", torch.arange(12.0).view(3, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x[:] = self.state  # the buffer comes first: its write-back runs first
+        self.state.add_(1)
+        return x * 1
+
+
+def select_scatter_then_zero(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    y = x.select_scatter(src[0], 0, 1)
+    x.zero_()
+    return y
+
+
+def slice_scatter_dim1_then_zero(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    y = torch.slice_scatter(x, src[:, 1:3], dim=1, start=1, end=3)
+    x.zero_()
+    return y
+
+
+def nested_scatter_then_zero(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    y = torch.select_scatter(x, torch.slice_scatter(x[1], src, 0, 1, 3), 0, 1)  # Inductor fuses the two
+    x.zero_()
+    return y
+
+
+def index_put_then_fill(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    y = x.index_put((torch.tensor([0, 2]),), v)
+    x.fill_(0)
+    return y
+
+
+def as_strided_scatter_then_fill(x: torch.Tensor) -> torch.Tensor:
+    y = torch.as_strided_scatter(x, torch.ones(2), (2,), (1,), 1)
+    x.fill_(0)
+    return y
+
+
+class BufferScatterThenZero(torch.nn.Module):
+    state: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("state", torch.arange(24.0).view(4, 6))
+
+    def forward(self, src: torch.Tensor) -> torch.Tensor:
+        y = torch.slice_scatter(self.state, src[1:3], dim=0, start=1, end=3)
+        self.state.zero_()
+        return y
+
+
+def select_scatter_copied_back_and_returned(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    u = x.select_scatter(src, 0, 0)
+    x.copy_(u)
+    return u
+
+
+def scatter_copied_back_strided_view_returned(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    u = torch.slice_scatter(x, src, 0, 0, 1)
+    x.copy_(u)
+    return u[:, ::2]  # the guard's copy keeps this layout
+
+
+class BufferScatterReturned(torch.nn.Module):
+    state: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("state", torch.arange(8.0).view(4, 2))
+
+    def forward(self, src: torch.Tensor) -> torch.Tensor:
+        u = torch.slice_scatter(self.state, src, 0, 1, 2)
+        self.state.copy_(u)
+        return u
+
+
+def index_put_then_copy_flip(x: torch.Tensor) -> torch.Tensor:
+    x.index_put_((torch.arange(x.size(0)),), x * 2.0)
+    x.copy_(x.flip(0))
+    return x
+
+
+def index_copy_then_add_flip(x: torch.Tensor) -> torch.Tensor:
+    x.index_copy_(0, torch.arange(x.size(0)), x * 2.0)
+    x.add_(x.flip(0))
+    return x
+
+
+def diagonal_fill_then_add_flip(x: torch.Tensor) -> torch.Tensor:
+    x.diagonal().fill_(1.0)
+    x.add_(x.flip(0))
+    return x
+
+
+def index_put_then_sub_column_mean(x: torch.Tensor) -> torch.Tensor:
+    x.index_put_((torch.arange(x.size(0)),), x * 2.0)
+    x.sub_(x.mean(0, keepdim=True))  # a reduction fused into the loop that writes x
+    return x
+
+
+def index_put_then_sub_sum(x: torch.Tensor) -> torch.Tensor:
+    x.index_put_((torch.arange(x.size(0)),), x * 2.0)
+    x.sub_(x.sum())
+    return x
+
+
+def index_assign_then_shift(x: torch.Tensor) -> torch.Tensor:
+    x[torch.arange(x.size(0))] = x * 3.0
+    x[1:] = x[:-1].clone()
+    return x
+
+
+def shift_1d(x: torch.Tensor) -> torch.Tensor:
+    x[1:] = x[:-1].clone()
+    return x
+
+
+def shift_rows_back(x: torch.Tensor) -> torch.Tensor:
+    x[:-1] = x[1:].clone()  # reads ahead of the writes: right in one thread, a race in chunks
+    return x
+
+
+class BufferShift(torch.nn.Module):
+    state: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("state", torch.arange(96.0).view(3, 32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.state[1:] = self.state[:-1].clone()
+        return self.state.sum() + x
+
+
+def int16_view_then_write(x: torch.Tensor) -> torch.Tensor:
+    y = x.view(torch.int16) * 2
+    y.sub_(3)
+    x[1:3] = 0
+    return y
+
+
+class BufferDtypeView(torch.nn.Module):
+    state: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("state", torch.arange(-12, 12, dtype=torch.int64).view(4, 6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.state.view(torch.int32) * 2
+        y.sub_(-4)
+        self.state[:, 2:5] = x
+        return y.view(torch.int64)
+
+
+def offset_of_row_clone(x: torch.Tensor) -> torch.Tensor:
+    return storage_offset_of(x[1].clone())
+
+
+def offset_of_rows_clone(x: torch.Tensor) -> torch.Tensor:
+    return storage_offset_of(x[2:].clone())
+
+
+# --- programs: controls ----------------------------------------------------------------
+
+
+def assign_into_first_then_mul(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    dst[:] = src  # dst's write-back comes first: it reads src before src's
+    src.mul_(2)
+    return dst
+
+
+def copy_without_later_write(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    dst.copy_(src)
+    return dst * 2
+
+
+def clone_then_add(x: torch.Tensor) -> torch.Tensor:
+    y = x.clone()
+    x.add_(1)
+    return y
+
+
+def slice_assign(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    x[1:3] = src
+    return x
+
+
+def nested_slice_assign(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    x[1][1:3] = src
+    return x
+
+
+def scatter_copied_back_returns_input(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    y = torch.slice_scatter(x, src, 0, 1, 3)
+    x.copy_(y)
+    return x
+
+
+def scatter_copied_back_sum(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    y = torch.slice_scatter(x, src, 0, 1, 3)
+    x.copy_(y)
+    return y.sum()
+
+
+def index_put_then_mul(x: torch.Tensor) -> torch.Tensor:
+    x.index_put_((torch.arange(x.size(0)),), x * 2.0)
+    x.mul_(2)
+    return x
+
+
+def index_put_then_add_matmul(x: torch.Tensor) -> torch.Tensor:
+    x.index_put_((torch.arange(x.size(0)),), x * 2.0)
+    x.add_(x @ x.t())  # the matmul reads x in a kernel of its own, before the write
+    return x
+
+
+def add_flip(x: torch.Tensor) -> torch.Tensor:
+    x.add_(x.flip(0))
+    return x
+
+
+def same_size_dtype_view_then_write(x: torch.Tensor) -> torch.Tensor:
+    y = x.view(torch.int32) * 2
+    x[1:3] = 0
+    return y
+
+
+def dtype_view_no_write(x: torch.Tensor) -> torch.Tensor:
+    return x.view(torch.int32) * 2
+
+
+def offset_of_dense_clone(x: torch.Tensor) -> torch.Tensor:
+    return storage_offset_of(x.clone())
+
+
+def opaque_op_of_column_clone(x: torch.Tensor) -> torch.Tensor:
+    return total(x[:, 1:].clone())  # the clone changes strides: stock keeps it
+
+
+def shift_intermediate(a: torch.Tensor) -> torch.Tensor:
+    y = a + 1
+    y[1:] = y[:-1].clone()
+    return y
+
+
+# --- inputs ----------------------------------------------------------------------------
+
+
+def _g() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+Inputs = Callable[[], list[torch.Tensor]]
+
+
+def rand(*shape: int) -> Inputs:
+    return lambda: [torch.rand(*shape, generator=_g())]
+
+
+def ints_4x6_pair() -> list[torch.Tensor]:
+    return [torch.arange(24).reshape(4, 6), torch.arange(-12, 12).reshape(4, 6)]
+
+
+def floats_4x6_pair() -> list[torch.Tensor]:
+    return [torch.arange(24.0).reshape(4, 6), -torch.arange(24.0).reshape(4, 6)]
+
+
+def dst_src() -> list[torch.Tensor]:
+    return [torch.zeros(3, 4), torch.arange(12.0).view(3, 4)]
+
+
+@dataclass(frozen=True)
+class Program:
+    """One program of the table: how to build it, what the guard must do, and what it shows."""
+
+    name: str
+    fn: Callable[..., Any] | None  #: a function (None for a module program)
+    inputs: Inputs
+    hazards: tuple[str, ...]  #: the hazard codes the guard must report, in order ("H1".."H7")
+    kind: str  #: "repro", "variant" or "control"
+    issue: str = ""  #: the pytorch/pytorch issue a repro reproduces
+    module: Callable[[], torch.nn.Module] | None = None
+    dynamic: bool = False
+    latent: bool = False  #: stock may be right by luck (the hazard is there)
+    slow: bool = False
+
+
+PROGRAMS: tuple[Program, ...] = (
+    # faithful repros (the issues' own programs and inputs)
+    Program("shift_rows", shift_rows, rand(3, 16, 16), ("H5",), "repro", "197829"),
+    Program("scatter_then_zero", scatter_then_zero, ints_4x6_pair, ("H2",), "repro", "198094"),
+    Program("diagonal_scatter_then_fill", diagonal_scatter_then_fill, lambda: [torch.arange(9.0).reshape(3, 3)], ("H2",), "repro", "198094"),
+    Program("index_fill_clone_clamp", index_fill_clone_clamp, lambda: [torch.arange(-6.0, 6.0).reshape(4, 3)], ("H2",), "repro", "198094"),
+    Program("copy_then_add", copy_then_add, dst_src, ("H1",), "repro", "198131"),
+    Program("offset_of_clone", offset_of_clone, lambda: [torch.arange(8.0)], ("H7",), "repro", "197489"),
+    Program("dtype_view_then_write", dtype_view_then_write, lambda: [torch.arange(-12, 12).reshape(4, 6)], ("H6",), "repro", "198101"),
+    Program("index_put_then_add_flip", index_put_then_add_flip, rand(4, 8), ("H4",), "repro", "198270"),
+    Program("scatter_copied_back_and_returned", scatter_copied_back_and_returned, lambda: [torch.tensor([1.0, 2.0]), torch.tensor([10.0])], ("H3",), "repro", "195451"),
+    # H1 variants
+    Program("assign_view_then_mul", assign_view_then_mul, lambda: [torch.zeros(3, 4), torch.arange(12.0)], ("H1",), "variant"),
+    Program("swap_through_clone", swap_through_clone, dst_src, ("H1",), "variant"),
+    Program("copy_into_two_then_add", copy_into_two_then_add, lambda: [torch.zeros(3, 4), *dst_src()], ("H1", "H1"), "variant", slow=True),
+    Program("buffer_into_input", None, lambda: [torch.zeros(3, 4)], ("H1",), "variant", module=BufferIntoInput),
+    Program("copy_then_add_dynamic", copy_then_add, dst_src, ("H1",), "variant", dynamic=True, slow=True),
+    # H2 variants
+    Program("select_scatter_then_zero", select_scatter_then_zero, floats_4x6_pair, ("H2",), "variant"),
+    Program("slice_scatter_dim1_then_zero", slice_scatter_dim1_then_zero, floats_4x6_pair, ("H2",), "variant", slow=True),
+    Program("nested_scatter_then_zero", nested_scatter_then_zero, lambda: [torch.arange(12.0).view(3, 4), -torch.ones(2)], ("H2",), "variant", slow=True),
+    Program("index_put_then_fill", index_put_then_fill, lambda: [torch.arange(24.0).reshape(4, 6), -torch.ones(2, 6)], ("H2",), "variant", slow=True),
+    Program("as_strided_scatter_then_fill", as_strided_scatter_then_fill, lambda: [torch.arange(6.0)], ("H2",), "variant", slow=True),
+    Program("buffer_scatter_then_zero", None, lambda: [-torch.arange(24.0).reshape(4, 6)], ("H2",), "variant", module=BufferScatterThenZero, slow=True),
+    Program("scatter_then_zero_dynamic", scatter_then_zero, ints_4x6_pair, ("H2",), "variant", dynamic=True),
+    # H3 variants
+    Program("select_scatter_copied_back_and_returned", select_scatter_copied_back_and_returned, lambda: [torch.arange(24.0).reshape(4, 6), -torch.ones(6)], ("H3",), "variant"),
+    Program("scatter_copied_back_strided_view_returned", scatter_copied_back_strided_view_returned, lambda: [torch.arange(24.0).reshape(4, 6), -torch.ones(1, 6)], ("H3",), "variant", slow=True),
+    Program("buffer_scatter_returned", None, lambda: [-torch.ones(1, 2)], ("H3",), "variant", module=BufferScatterReturned, slow=True),
+    Program("scatter_copied_back_and_returned_dynamic", scatter_copied_back_and_returned, lambda: [torch.arange(4.0), torch.tensor([10.0])], ("H3",), "variant", dynamic=True, slow=True),
+    # H4 variants
+    Program("index_put_then_copy_flip", index_put_then_copy_flip, rand(4, 8), ("H4",), "variant"),
+    Program("index_copy_then_add_flip", index_copy_then_add_flip, rand(4, 8), ("H4",), "variant", slow=True),
+    Program("diagonal_fill_then_add_flip", diagonal_fill_then_add_flip, rand(4, 4), ("H4",), "variant", slow=True),
+    Program("index_put_then_sub_column_mean", index_put_then_sub_column_mean, rand(4, 8), ("H4",), "variant", slow=True),
+    Program("index_put_then_sub_sum", index_put_then_sub_sum, rand(4, 8), ("H4",), "variant", latent=True, slow=True),
+    Program("index_assign_then_shift", index_assign_then_shift, rand(4, 8), ("H4",), "variant", slow=True),
+    Program("index_put_then_add_flip_dynamic", index_put_then_add_flip, rand(4, 8), ("H4",), "variant", dynamic=True, slow=True),
+    # H5 variants
+    Program("shift_1d", shift_1d, rand(64), ("H5",), "variant"),
+    # a race between the threads of one loop: wrong or right from run to run on stock
+    Program("shift_rows_back_large", shift_rows_back, rand(1024, 2048), ("H5",), "variant", latent=True, slow=True),
+    Program("shift_rows_back_small", shift_rows_back, rand(3, 16, 16), ("H5",), "variant", latent=True, slow=True),
+    Program("buffer_shift", None, lambda: [torch.zeros(())], ("H5",), "variant", module=BufferShift, slow=True),
+    Program("shift_rows_dynamic", shift_rows, rand(3, 16, 16), ("H5",), "variant", dynamic=True, slow=True),
+    # H6 variants
+    Program("int16_view_then_write", int16_view_then_write, lambda: [torch.arange(24.0).reshape(4, 6)], ("H6",), "variant", latent=True),
+    Program("buffer_dtype_view", None, lambda: [torch.full((4, 3), 7, dtype=torch.int64)], ("H6",), "variant", module=BufferDtypeView, slow=True),
+    Program("dtype_view_then_write_dynamic", dtype_view_then_write, lambda: [torch.arange(-12, 12).reshape(4, 6)], ("H6",), "variant", dynamic=True, slow=True),
+    # H7 variants
+    Program("offset_of_row_clone", offset_of_row_clone, lambda: [torch.arange(12.0).view(3, 4)], ("H7",), "variant"),
+    Program("offset_of_rows_clone", offset_of_rows_clone, lambda: [torch.arange(12.0).view(4, 3)], ("H7",), "variant", slow=True),
+    Program("offset_of_clone_dynamic", offset_of_clone, lambda: [torch.arange(8.0)], ("H7",), "variant", dynamic=True, slow=True),
+    # controls: none of the hazards
+    Program("copy_without_later_write", copy_without_later_write, dst_src, (), "control"),
+    Program("assign_into_first_then_mul", assign_into_first_then_mul, dst_src, (), "control", slow=True),
+    Program("clone_then_add", clone_then_add, rand(8), (), "control"),
+    Program("slice_assign", slice_assign, lambda: [torch.zeros(4, 3), torch.ones(2, 3)], (), "control"),
+    Program("nested_slice_assign", nested_slice_assign, lambda: [torch.zeros(3, 4), torch.ones(2)], (), "control", slow=True),
+    Program("scatter_copied_back_returns_input", scatter_copied_back_returns_input, lambda: [torch.zeros(4, 3), torch.ones(2, 3)], (), "control"),
+    Program("scatter_copied_back_sum", scatter_copied_back_sum, lambda: [torch.zeros(4, 3), torch.ones(2, 3)], (), "control", slow=True),
+    Program("index_put_then_mul", index_put_then_mul, rand(4, 8), (), "control"),
+    Program("add_flip", add_flip, rand(4, 8), (), "control", slow=True),
+    Program("index_put_then_add_matmul", index_put_then_add_matmul, rand(4, 4), (), "control", slow=True),
+    Program("same_size_dtype_view_then_write", same_size_dtype_view_then_write, lambda: [torch.arange(24.0).reshape(4, 6)], (), "control"),
+    Program("dtype_view_no_write", dtype_view_no_write, lambda: [torch.arange(24.0).reshape(4, 6)], (), "control", slow=True),
+    Program("offset_of_dense_clone", offset_of_dense_clone, lambda: [torch.arange(8.0)], (), "control", slow=True),
+    Program("opaque_op_of_column_clone", opaque_op_of_column_clone, lambda: [torch.arange(12.0).view(3, 4)], (), "control"),
+    Program("shift_intermediate", shift_intermediate, rand(3, 16, 16), (), "control", slow=True),
+)
+
+
+# --- harness ---------------------------------------------------------------------------
+
+
+@dataclass
+class Observed:
+    """What a run shows: outputs, inputs and buffers afterwards, and storage sharing."""
+
+    outputs: list[Any]
+    inputs: list[torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+    sharing: list[list[bool]]  #: output i shares storage with input/buffer j
+
+
+def _flat(x: Any) -> list[Any]:
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def _storage(t: torch.Tensor) -> int:
+    return int(t.untyped_storage().data_ptr())
+
+
+def observe(p: Program, call: Callable[..., Any] | None = None, *, wrap: Callable[[Any], Any] | None = None) -> Observed:
+    """Run ``p`` (eagerly, or through ``wrap(callable)``) on fresh inputs and record what it shows."""
+    target: Any = p.module() if p.module is not None else p.fn
+    inputs = p.inputs()
+    fn = wrap(target) if wrap is not None else target
+    outputs = _flat(fn(*inputs))
+    buffers = dict(target.named_buffers()) if isinstance(target, torch.nn.Module) else {}
+    memory = [*inputs, *buffers.values()]
+    sharing = [[isinstance(o, torch.Tensor) and _storage(o) == _storage(m) for m in memory] for o in outputs]
+    return Observed(outputs, inputs, buffers, sharing)
+
+
+def differences(got: Observed, want: Observed) -> list[str]:
+    """How ``got`` differs from eager (empty when it does not)."""
+    diffs: list[str] = []
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            if a.shape != b.shape or a.dtype != b.dtype:
+                return False
+            if a.is_floating_point():  # compiled arithmetic may round differently
+                return bool(torch.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True))
+            return bool(torch.equal(a, b))
+        return bool(a == b)
+
+    if len(got.outputs) != len(want.outputs):
+        return [f"{len(got.outputs)} outputs, eager {len(want.outputs)}"]
+    diffs += [f"output {i}" for i, (a, b) in enumerate(zip(got.outputs, want.outputs)) if not same(a, b)]
+    diffs += [
+        f"output {i} strides {a.stride()}, eager {b.stride()}"
+        for i, (a, b) in enumerate(zip(got.outputs, want.outputs))
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() and a.stride() != b.stride()
+    ]
+    diffs += [f"input {i} afterwards" for i, (a, b) in enumerate(zip(got.inputs, want.inputs)) if not same(a, b)]
+    diffs += [f"buffer {k} afterwards" for k in want.buffers if not same(got.buffers[k], want.buffers[k])]
+    if got.sharing != want.sharing:
+        diffs.append(f"output/input storage sharing {got.sharing}, eager {want.sharing}")
+    return diffs
+
+
+@dataclass
+class Compiled:
+    observed: Observed
+    code: list[str]
+    post: CloneEliminationPass | None
+    joint: JointGraphGuard | None
+
+    @property
+    def hazards(self) -> tuple[str, ...]:
+        found: list[str] = []
+        for rep in (self.joint.last_report if self.joint else None, self.post.last_guard_report if self.post else None):
+            if rep is not None:
+                found.extend(rep.hazards)
+        return tuple(found)
+
+
+def compile_and_observe(p: Program, *, backend: str = "inductor", options: dict[str, Any] | None = None) -> Compiled:
+    """Compile ``p`` (caches off, so every compile runs the passes) and observe one call."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    codes: list[str] = []
+
+    def wrap(target: Any) -> Callable[..., Any]:
+        kwargs: dict[str, Any] = {"backend": backend, "fullgraph": True, "dynamic": p.dynamic}
+        if backend == "inductor":
+            kwargs["options"] = options or {}
+        compiled = torch.compile(target, **kwargs)
+
+        def run(*args: Any) -> Any:
+            if backend != "inductor":
+                return compiled(*args)
+            out, code = run_and_get_code(compiled, *args)
+            codes.extend(code)
+            return out
+
+        return run
+
+    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
+        observed = observe(p, wrap=wrap)
+    opts = options or {}
+    return Compiled(observed, codes, opts.get("post_grad_custom_post_pass"), opts.get("joint_custom_pre_pass"))
+
+
+def copies(code: Sequence[str]) -> tuple[int, int]:
+    """(copies, bytes) in generated code, as benchmarks/inductor_copies.py counts them."""
+    from benchmarks.inductor_copies import count_copies
+
+    counts = [count_copies(c) for c in code]
+    return sum(c.copies for c in counts), sum(c.nbytes for c in counts)
+
+
+def _params(kind: str, *, default_only: bool = False) -> list[Any]:
+    out = []
+    for p in PROGRAMS:
+        if p.kind != kind:
+            continue
+        marks = [pytest.mark.slow] if p.slow and not default_only else []
+        out.append(pytest.param(p, id=p.name, marks=marks))
+    return out
+
+
+# --- tests -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("p", _params("repro"))
+def test_faithful_repro(p: Program) -> None:
+    """Wrong on stock Inductor, right under aot_eager (the bug is Inductor's), right when guarded."""
+    want = observe(p)
+    assert differences(compile_and_observe(p, backend="aot_eager").observed, want) == [], "aot_eager is wrong too"
+    stock = compile_and_observe(p)
+    assert differences(stock.observed, want), f"#{p.issue} does not reproduce on this torch: stock Inductor is right"
+    guarded = compile_and_observe(p, options=compile_options())
+    assert differences(guarded.observed, want) == []
+    assert guarded.hazards == p.hazards
+
+
+@pytest.mark.parametrize("p", _params("variant"))
+def test_variant_is_guarded(p: Program) -> None:
+    """Right when guarded, with the expected hazards; stock may be wrong (or right by luck, ``latent``)."""
+    want = observe(p)
+    stock = compile_and_observe(p)
+    stock_wrong = bool(differences(stock.observed, want))
+    guarded = compile_and_observe(p, options=compile_options())
+    assert differences(guarded.observed, want) == []
+    if stock_wrong:
+        assert guarded.hazards, "stock Inductor gets this variant wrong and the guard did not guard it"
+    else:
+        assert p.latent, "stock Inductor is right: mark the variant latent or make it a control"
+    assert guarded.hazards == p.hazards
+
+
+@pytest.mark.parametrize("p", _params("control"))
+def test_control_gets_no_copy(p: Program) -> None:
+    """No hazard: stock is right, the guard does nothing, and the code has exactly stock's copies."""
+    want = observe(p)
+    stock = compile_and_observe(p)
+    assert differences(stock.observed, want) == []
+    guarded = compile_and_observe(p, options=compile_options())
+    assert differences(guarded.observed, want) == []
+    assert guarded.hazards == ()
+    (n_guarded, b_guarded), (n_stock, b_stock) = copies(guarded.code), copies(stock.code)
+    assert n_guarded <= n_stock and b_guarded <= b_stock
+
+
+def test_post_grad_pass_alone_guards_what_a_post_grad_pass_can() -> None:
+    """Installed only as post_grad_custom_post_pass, the guard still fixes H1-H6; H7 needs the joint hook."""
+    p = next(q for q in PROGRAMS if q.name == "copy_then_add")
+    want = observe(p)
+    post = CloneEliminationPass()
+    alone = compile_and_observe(p, options={"post_grad_custom_post_pass": post})
+    assert differences(alone.observed, want) == [] and alone.hazards == ("H1",)
+    unguarded = compile_and_observe(p, options={"post_grad_custom_post_pass": CloneEliminationPass(guard=False)})
+    assert differences(unguarded.observed, want), "the clone elimination alone is right: the repro is not one"
+    offset = next(q for q in PROGRAMS if q.name == "offset_of_clone")
+    late = compile_and_observe(offset, options={"post_grad_custom_post_pass": CloneEliminationPass()})
+    assert differences(late.observed, observe(offset)), "the clone was expected gone before any post-grad hook"
+
+
+def test_report_and_logs_say_what_was_guarded(caplog: pytest.LogCaptureFixture) -> None:
+    p = next(q for q in PROGRAMS if q.name == "shift_rows")
+    options = compile_options()
+    with caplog.at_level(logging.DEBUG, logger="rewrite.inductor"):
+        compiled = compile_and_observe(p, options=options)
+    report = options["post_grad_custom_post_pass"].last_guard_report
+    assert report is not None and compiled.hazards == ("H5",)
+    (g,) = report.guarded
+    assert g.action == "clone" and g.node == "slice_scatter" and g.nbytes == 2 * 16 * 16 * 4
+    infos = [r.getMessage() for r in caplog.records if r.name == "rewrite.inductor" and r.levelno == logging.INFO]
+    assert any("H5 clone at slice_scatter" in m and "2048 B" in m for m in infos)
+    debugs = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert any(m.startswith("guard: H5 scatter-source-overlaps-destination") for m in debugs)
+
+
+def test_compile_options_installs_every_hook() -> None:
+    opts = compile_options(donated_inputs=(1,), lower_functional=False)
+    post, joint = opts["post_grad_custom_post_pass"], opts["joint_custom_pre_pass"]
+    assert isinstance(post, CloneEliminationPass) and isinstance(joint, JointGraphGuard)
+    assert post.donated_inputs == (1,) and not post.lower_functional and post.guard
+    assert "joint_custom_pre_pass" not in compile_options(guard=False)
+    mine = CloneEliminationPass(guard=False)
+    merged = compile_options(post_grad_custom_post_pass=mine)
+    assert merged["post_grad_custom_post_pass"][0] is mine and len(merged["post_grad_custom_post_pass"]) == 2
+
+
+def test_uuid_covers_the_guard() -> None:
+    assert CloneEliminationPass().uuid() != CloneEliminationPass(guard=False).uuid()
+    assert JointGraphGuard().uuid() == JointGraphGuard().uuid() != CloneEliminationPass().uuid()
+
+
+# --- the guard's stages on graphs, without compiling --------------------------------------
+
+
+def _copies(gm: torch.fx.GraphModule) -> list[str]:
+    return [n.name for n in gm.graph.nodes if n.target is torch.ops.aten.copy_.default]
+
+
+def test_guard_clones_are_kept_by_the_clone_elimination() -> None:
+    """A guard clone is removable read literally: the clone elimination must be told to keep it."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from rewrite.lowering import lower_and_eliminate
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x * 2).clone() + 1
+
+    for keep in (False, True):
+        gm = make_fx(f, tracing_mode="fake")(torch.randn(4))
+        (clone,) = [n for n in gm.graph.nodes if n.target is torch.ops.aten.clone.default]
+        report = lower_and_eliminate(gm.graph, keep=[clone] if keep else [])
+        assert report.removed == (() if keep else ("clone",))
+
+
+def test_stale_reads_only_in_the_epilogue() -> None:
+    """A read after a write in the middle of the program is meant (a non-functional graph): H1 leaves it."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from rewrite.guard import guard_stale_reads
+
+    def f(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        src.copy_(src + 1)
+        dst.copy_(src)
+        return (dst * 2).sum()
+
+    gm = make_fx(f, tracing_mode="fake")(torch.zeros(3), torch.ones(3))
+    first, second = [n for n in gm.graph.nodes if n.target is torch.ops.aten.copy_.default]
+    second.replace_input_with(first, first.args[0])
+    before = _copies(gm)
+    report = guard_stale_reads(gm.graph)
+    assert report.guarded == () and _copies(gm) == before  # a compute node follows the write-backs
+
+
+def test_guard_never_raises_without_fake_tensors(caplog: pytest.LogCaptureFixture) -> None:
+    """A hazard found where no copy can be built (values of several fake modes): reported, graph left valid."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from rewrite.guard import guard_inductor_hazards
+
+    def f(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.aten.slice_scatter.default(x, src, 0, 1, 3)
+        x.copy_(torch.zeros(4, 2))
+        return y
+
+    gm = make_fx(f)(torch.zeros(4, 2), torch.ones(2, 2))  # real mode: a fake mode per value
+    with caplog.at_level(logging.WARNING, logger="rewrite.guard"):
+        report = guard_inductor_hazards(gm.graph)
+    assert report.guarded == () and report.error is not None
+    gm.graph.lint()
+
+
+@pytest.fixture(autouse=True)
+def _reset_dynamo() -> Iterator[None]:
+    yield
+    torch._dynamo.reset()
