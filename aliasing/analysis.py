@@ -42,6 +42,7 @@ from aliasing.effects import (
     EffectTable,
     indexing_effect,
     metadata_written,
+    mutates_metadata,
     tensor_nodes,
     unknown_effect,
 )
@@ -144,9 +145,10 @@ class _Builder:
 
         A view's sizes, strides and offset describe it inside its base only when its
         fake tensor lives in its base's fake storage. Programs loaded with
-        ``torch.export.load`` give every view a storage of its own at offset 0, and a
-        rewrite that replaced a clone leaves its views' metadata on the clone's
-        storage: such a value has no layout facts (and so no region) here.
+        ``torch.export.load`` and ``make_fx`` traces in real mode give every view a
+        storage of its own at offset 0, and a rewrite that replaced a clone leaves its
+        views' metadata on the clone's storage: such a value has no layout facts (and
+        so no region) here.
         """
         if facts is None:
             return None
@@ -338,7 +340,16 @@ class _Builder:
                 pts = self._fresh(node) if facts is not None else frozenset()
             elif srcs:
                 pts = frozenset(self._union(srcs))
-                facts = self.trusted(facts, srcs)
+                if (
+                    len(srcs) == 1
+                    and srcs[0] in effect.writes
+                    and srcs[0] in self.facts
+                    and not mutates_metadata(node.target)
+                ):
+                    # An in-place (or out=) op returns the tensor it wrote: its layout is that tensor's.
+                    facts = self.facts[srcs[0]]
+                elif not isinstance(node.target, torch._ops.HigherOrderOperator):  # HOP rules check their own
+                    facts = self.trusted(facts, srcs)
             else:
                 pts = self._fresh(node)
             if pts:
@@ -373,7 +384,8 @@ class _Builder:
                 return
             self.effect_of[node] = Effect(note="getitem")
             source_effect = self.effect_of.get(src)
-            if source_effect is not None and not source_effect.unknown:
+            hop = isinstance(src.target, torch._ops.HigherOrderOperator)  # HOP rules check their own exactness
+            if source_effect is not None and not source_effect.unknown and not hop:
                 aliased = source_effect.outputs.get(key, source_effect.outputs.get(EACH, ()))
                 if aliased:
                     facts = self.trusted(facts, aliased)

@@ -46,6 +46,7 @@ oracle), both in the ``test`` extra.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import itertools
@@ -61,24 +62,23 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from aliasing.analysis import analyze
-from aliasing.analysis import DEFAULT_EFFECTS
+from aliasing.analysis import DEFAULT_EFFECTS, analyze
 from aliasing.effects import EffectTable
 from aliasing.errors import AliasingError
 from aliasing.oracle import AnalysisUnsound, check_analysis
 
 __all__ = [
+    "TRACERS",
+    "VARIANTS",
     "AuditError",
     "AuditReport",
     "SampleResult",
-    "TRACERS",
-    "VARIANTS",
     "audit",
     "audited_ops",
     "main",
@@ -224,7 +224,7 @@ def _norm_module_case(name: str, make: Callable[[], torch.nn.Module], train: boo
             with torch.no_grad():
                 for p in module.parameters():
                     p.uniform_(0.5, 1.5)
-                for n, b in module.named_buffers():
+                for _n, b in module.named_buffers():
                     if b.is_floating_point():
                         b.uniform_(0.1, 1.0)
             state = [t.detach().clone() for _, t in module.named_parameters()]
@@ -261,7 +261,7 @@ def _op_key(info: Any) -> str:
     return f"{info.name}.{variant}" if variant else str(info.name)
 
 
-def audited_ops(names: Optional[Sequence[str]] = None, *, extra: bool = True) -> list[str]:
+def audited_ops(names: Sequence[str] | None = None, *, extra: bool = True) -> list[str]:
     """Keys of the ops the audit runs, in audit order (sorted).
 
     Parameters
@@ -292,7 +292,7 @@ def audited_ops(names: Optional[Sequence[str]] = None, *, extra: bool = True) ->
     return [op.key for op in _select(names, extra)]
 
 
-def _select(names: Optional[Sequence[str]], extra: bool) -> list[_AuditedOp]:
+def _select(names: Sequence[str] | None, extra: bool) -> list[_AuditedOp]:
     from torch.testing._internal.common_methods_invocations import op_db
 
     everything = [_AuditedOp(_op_key(info), info) for info in op_db]
@@ -310,7 +310,7 @@ def _select(names: Optional[Sequence[str]], extra: bool) -> list[_AuditedOp]:
     return sorted(chosen, key=lambda op: op.key)
 
 
-def _pick_dtype(info: Any) -> Optional[torch.dtype]:
+def _pick_dtype(info: Any) -> torch.dtype | None:
     supported = set(info.supported_dtypes("cpu"))
     for dtype in DTYPE_PREFERENCE:
         if dtype in supported:
@@ -334,7 +334,7 @@ class _SampleTimeout(BaseException):
 
 
 @contextmanager
-def _time_limit(seconds: Optional[float]) -> Iterator[None]:
+def _time_limit(seconds: float | None) -> Iterator[None]:
     usable = (
         seconds is not None
         and seconds > 0
@@ -387,7 +387,7 @@ def _describe(sample: Any) -> str:
 _Snapshot = tuple[torch.Tensor, tuple[Any, ...]]
 
 
-def _snapshot(t: torch.Tensor) -> Optional[_Snapshot]:
+def _snapshot(t: torch.Tensor) -> _Snapshot | None:
     """The bytes of ``t``'s whole storage and its layout, to tell later whether anything changed."""
     try:
         data = torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage()).clone()
@@ -396,7 +396,7 @@ def _snapshot(t: torch.Tensor) -> Optional[_Snapshot]:
         return None
 
 
-def _changed(before: Sequence[Optional[_Snapshot]], after: Sequence[torch.Tensor]) -> set[int]:
+def _changed(before: Sequence[_Snapshot | None], after: Sequence[torch.Tensor]) -> set[int]:
     changed: set[int] = set()
     for i, (old, t) in enumerate(zip(before, after)):
         new = _snapshot(t)
@@ -420,7 +420,7 @@ def _check_tensor(t: torch.Tensor) -> None:
         raise _Skip("nested tensor")
 
 
-def _out_names(fn: Any, count: int) -> Optional[list[str]]:
+def _out_names(fn: Any, count: int) -> list[str] | None:
     """The names of the ``out=`` arguments of ``fn``'s ``out`` overload, for ``torch.ops`` packets."""
     if not isinstance(fn, torch._ops.OpOverloadPacket) or count < 2:
         return None
@@ -437,7 +437,7 @@ def _out_names(fn: Any, count: int) -> Optional[list[str]]:
 class _Call:
     """One variant of one sample as a function of its tensors only (other arguments are constants)."""
 
-    def __init__(self, fn: Callable[..., Any], sample: Any, out_kind: Optional[str]) -> None:
+    def __init__(self, fn: Callable[..., Any], sample: Any, out_kind: str | None) -> None:
         leaves, self.spec = pytree.tree_flatten((sample.input, tuple(sample.args), dict(sample.kwargs)))
         self.leaves = leaves
         self.slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
@@ -445,7 +445,7 @@ class _Call:
         for t in tensors:
             _check_tensor(t)
         self.fn = fn
-        self.out_spec: Optional[pytree.TreeSpec] = None
+        self.out_spec: pytree.TreeSpec | None = None
         self.out_count = 0
         self.pristine = copy.deepcopy(tensors)  # preserves sizes, strides, offsets, shared storage
         if out_kind is not None:
@@ -468,7 +468,7 @@ class _Call:
             return torch.empty(0, dtype=result.dtype)
         return torch.full((result.numel() + 1,), fill, dtype=result.dtype)  # out_wrong_shape
 
-    def _invoke(self, tensors: Sequence[torch.Tensor], outs: Optional[Sequence[torch.Tensor]]) -> Any:
+    def _invoke(self, tensors: Sequence[torch.Tensor], outs: Sequence[torch.Tensor] | None) -> Any:
         leaves = list(self.leaves)
         for i, t in zip(self.slots, tensors):
             leaves[i] = t
@@ -553,7 +553,7 @@ def _fake_mismatch(gm: torch.fx.GraphModule, inputs: list[Any], seed: int) -> tu
     torch.manual_seed(seed)
     real = pytree.tree_leaves(torch.fx.Interpreter(gm).run(*inputs))
     found: list[str] = []
-    for i, (node, value) in enumerate(zip(returned, real)):
+    for _i, (node, value) in enumerate(zip(returned, real)):
         if not isinstance(node, torch.fx.Node) or node.op == "placeholder":
             continue  # an input's fake tensor describes it on entry, before any resize
         fake = node.meta.get("val")
@@ -628,17 +628,15 @@ def _run_sample(
     sample: Any,
     export: bool,
     effects: EffectTable,
-    timeout: Optional[float],
+    timeout: float | None,
 ) -> list[SampleResult]:
     from torch.fx.experimental.proxy_tensor import make_fx
 
     tracers = TRACERS if export else TRACERS[:1]
     common: dict[str, Any] = {"op": key, "variant": variant, "sample": index}
     text = ""
-    try:
+    with contextlib.suppress(Exception):  # a description is best effort
         text = _describe(sample)
-    except Exception:  # a description is best effort
-        pass
     results: list[SampleResult] = []
 
     def skip_all(reason: str, detail: str) -> list[SampleResult]:
@@ -723,11 +721,11 @@ def _variants(info: Any) -> list[tuple[str, Callable[..., Any]]]:
 
 def _audit_op(
     op: _AuditedOp,
-    max_samples: Optional[int],
+    max_samples: int | None,
     export_samples: int,
     effects: EffectTable,
-    timeout: Optional[float],
-) -> tuple[Optional[str], list[SampleResult], str]:
+    timeout: float | None,
+) -> tuple[str | None, list[SampleResult], str]:
     """(dtype, results, reason the op was not run at all or "")."""
     info = op.info
     try:
@@ -1049,16 +1047,16 @@ def render_markdown(data: dict[str, Any], top: int = 40) -> str:
 
 
 def audit(
-    ops: Optional[Sequence[str]] = None,
+    ops: Sequence[str] | None = None,
     *,
-    max_samples: Optional[int] = None,
+    max_samples: int | None = None,
     export_samples: int = 2,
-    time_budget: Optional[float] = None,
-    sample_timeout: Optional[float] = 60.0,
+    time_budget: float | None = None,
+    sample_timeout: float | None = 60.0,
     effects: EffectTable = DEFAULT_EFFECTS,
     extra: bool = True,
-    num_threads: Optional[int] = 1,
-    progress: Optional[Callable[[str], None]] = None,
+    num_threads: int | None = 1,
+    progress: Callable[[str], None] | None = None,
 ) -> AuditReport:
     """Run the effects audit: OpInfo samples for real, against the analysis, under the oracle.
 
@@ -1147,7 +1145,7 @@ def audit(
     return AuditReport(tuple(results), dtypes, not_run, settings, time.monotonic() - start)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """``python -m aliasing.audit``: run the audit, print the summary, write the reports.
 
     Exit status 0 when no check found a violation, 1 otherwise.

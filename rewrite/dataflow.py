@@ -83,6 +83,9 @@ _LAYOUT_FREE_VIEWS = frozenset(
     ]
 )
 
+#: Views and reshapes whose success depends on strides, never on values.
+_RESHAPES = frozenset({"aten::view", "aten::_unsafe_view", "aten::reshape"})
+
 #: Reductions: their values may follow strides (summation order), but they never raise on a layout.
 _REDUCTIONS = frozenset(
     "aten::" + name
@@ -154,12 +157,13 @@ def may_raise_on_values(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
     body = wrap_body(analysis, node)
     if body is not None:
         inner = _body_analysis(body)
-        return any(n.op in ("call_function", "call_method", "call_module") and may_raise_on_values(inner, n) for n in inner.nodes)
+        calls = [n for n in inner.nodes if n.op in ("call_function", "call_method", "call_module")]
+        return any(may_raise_on_values(inner, n) for n in calls)
     op = op_of(node)
     if op is None:
         return True
     name = _name(op)
-    if name in _VALUE_SAFE or name in _LAYOUT_FREE_VIEWS or name in ("aten::view", "aten::_unsafe_view", "aten::reshape"):
+    if name in _VALUE_SAFE or name in _LAYOUT_FREE_VIEWS or name in _RESHAPES:
         return False
     if _POINTWISE in op.tags:
         return not all(_floating(analysis.facts_of(a)) for a in _arg_nodes(node))

@@ -15,7 +15,11 @@ a node is *dead* when it writes nothing, is not opaque, and only dead nodes
 use its result; a dead node's reads do not count unless it (or a dead node
 its result flows into) may raise depending on the values it reads (indexing
 with tensor indices, ``item``, asserts, integer division, any op not known
-to be safe). A *kill* of a region is a proven full overwrite of it
+to be safe). A *dead writer* of the pair is a node that writes only the
+clone's and the original's memory, cannot raise on what it reads, feeds only
+dead nodes, and whose writes no later reader that matters touches once the
+two are one memory (caller-visible memory is read at the end); its reads do
+not count either. A *kill* of a region is a proven full overwrite of it
 (pointwise in place, ``copy_``, ``zero_``, ``fill_``, pointwise ``out=``); an
 op whose destination is only written (``copy_``, fills, ``out=``) does not
 read it. An op is *element-exact* on two regions when it is elementwise
@@ -51,20 +55,25 @@ C5 if ``o`` lives in caller-visible memory (a non-donated input, a parameter,
    C2-C5 refined on live values (``REMOVABLE_BY_DATAFLOW``), judged by the
    regions accesses touch (in ``o``'s coordinates) in one scan of the
    accesses after the clone, each node's reads before its writes:
-   C2' a read of ``c`` by a node that is not a dead reader touches no region
-       that ``o`` has been written in since ``c`` last held ``o``'s value;
-   C3' a read of ``o`` by a node that is not a dead reader touches no region
-       that ``c`` has been written in since;
+   C2' a read of ``c`` by a node that is neither a dead reader nor a dead
+       writer touches no region that ``o`` has been written in since ``c``
+       last held ``o``'s value (``ORIGINAL_WRITTEN``);
+   C3' a read of ``o`` by a node that is neither a dead reader nor a dead
+       writer touches no region that ``c`` has been written in since
+       (``CLONE_WRITTEN_ORIGINAL_READ``);
    C4' a node that writes one side and reads the other is element-exact on
        every pair of overlapping regions (``c.mul_(o)``, ``add(o, 1,
-       out=c)``); a partial overlap would make it raise after the removal;
+       out=c)``); a partial overlap would make it raise after the removal
+       (checked for dead nodes too; the two ``SAME_NODE_*`` reasons);
    C5' at the end no region of caller-visible memory holds a value written
-       through the other side;
+       through the other side (``WRITES_CALLER_MEMORY``);
    where a write of one side ends the other side's claim on the regions it
    kills, a ``copy_`` between identical regions of ``c`` and ``o`` while
    they hold equal values is a no-op (after removal a self-copy) that makes
    them equal again, a ``copy_`` of a region onto itself is no access at
-   all, and a destination that is only written is not read.
+   all, and a destination that is only written is not read. A removal by
+   C2'-C5' cites the nodes that made the difference as evidence; when they
+   fail, the keep reason is the first of C2-C5 (or the fold's) that failed.
 C6 if ``c`` (or an alias) is returned, ``o`` must not live in caller-visible
    memory, nor share memory with another returned value.
 C7 decisions are taken one copy at a time, in graph order, against the
@@ -243,6 +252,8 @@ class _State:
     erased: dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)
     #: dead clones erased (C10) and the nodes erased with them: no longer in the graph
     gone: set[torch.fx.Node] = field(default_factory=set)
+    #: nodes whose results reach the output node through uses (C10 cannot erase them)
+    to_output: frozenset[torch.fx.Node] = frozenset()
 
     def find(self, sid: str) -> str:
         root = sid
@@ -638,7 +649,8 @@ def _scan(
             if "C3" not in skip:
                 for r in reads_o:
                     if any(_overlaps(r, d) for d in c_dirty):
-                        return keep(Reason.CLONE_WRITTEN_ORIGINAL_READ, *([first_c_writer] if first_c_writer else []), n)
+                        writer = [first_c_writer] if first_c_writer else []
+                        return keep(Reason.CLONE_WRITTEN_ORIGINAL_READ, *writer, n)
         if isinstance(copy, tuple):  # copy_ between identical regions of c and o: both hold the copied value
             region, dest_side = copy
             if dest_side == "c":
@@ -654,7 +666,7 @@ def _scan(
                 if len(kept) < len(o_dirty):
                     helped.append(n)
                 o_dirty = kept
-            c_dirty.append(w)
+            c_dirty = _bounded([*c_dirty, w])
         for w, v in st.o_writes:
             last_o_writer = n
             if writes_all_of(n, v) and w is not None:
@@ -662,7 +674,7 @@ def _scan(
                 if len(kept) < len(c_dirty):
                     helped.append(n)
                 c_dirty = kept
-            o_dirty.append(w)
+            o_dirty = _bounded([*o_dirty, w])
     # C5': caller-visible memory ends holding its own side's value.
     if "C5" not in skip:
         if c_dirty and info.ocls.roles & CALLER_VISIBLE:
@@ -670,6 +682,11 @@ def _scan(
         if o_dirty and info.ccls.roles & CALLER_VISIBLE:
             return keep(Reason.WRITES_CALLER_MEMORY, *([last_o_writer] if last_o_writer else []), info.clone)
     return list(dict.fromkeys(helped))
+
+
+def _bounded(regions: list[Region | None]) -> list[Region | None]:
+    """At most 64 regions (bounds the work of a scan): beyond that, anywhere."""
+    return regions if len(regions) <= 64 else [None]
 
 
 def _dead_writers(
@@ -841,11 +858,22 @@ def _erasable(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
     return op is not None and op.namespace == "aten" and torch.Tag.nondeterministic_seeded not in op.tags
 
 
+def _reaching_output(analysis: AliasAnalysis) -> frozenset[torch.fx.Node]:
+    """The output node and every node whose result it uses, directly or through other nodes."""
+    reach: set[torch.fx.Node] = set()
+    for node in reversed(analysis.nodes):
+        if node.op == "output" or any(u in reach for u in node.users):
+            reach.add(node)
+    return frozenset(reach)
+
+
 def _decide_erase(state: _State, clone: torch.fx.Node, original: str) -> Decision | None:
     """C10: erase a clone nothing reads together with every node that uses it (None: it cannot go)."""
     a = state.analysis
     sc = _single_storage(a, clone)
     if sc is None or a.facts_of(clone) is None:
+        return None
+    if clone in state.to_output:
         return None
     ccls = state.cls(sc)
     group: dict[torch.fx.Node, None] = {clone: None}
@@ -855,7 +883,7 @@ def _decide_erase(state: _State, clone: torch.fx.Node, original: str) -> Decisio
             if user in group or user in state.gone:  # erased with another group already
                 continue
             # A removed copy of a member (replaced by it) is a member too: it is erased, not replaced.
-            if user.op == "output" or not _erasable(a, user):
+            if user in state.to_output or not _erasable(a, user):
                 return None
             group[user] = None
             stack.append(user)
@@ -912,7 +940,8 @@ def _erased_decision(state: _State, node: torch.fx.Node) -> Decision:
     """The decision for a candidate erased with a dead clone's group (C10)."""
     reason = Reason.COPY_ERASED_WITH_DEAD_CLONE if is_copy_candidate(node) else Reason.ERASED_WITH_DEAD_CLONE
     arg = node.args[0]
-    return Decision(node.name, "remove", reason, (state.erased[node].name,), arg.name if isinstance(arg, torch.fx.Node) else "")
+    original = arg.name if isinstance(arg, torch.fx.Node) else ""
+    return Decision(node.name, "remove", reason, (state.erased[node].name,), original)
 
 
 def plan_clone_elimination(
@@ -993,6 +1022,8 @@ def plan_clone_elimination(
     if candidates is None:
         candidates = [n for n in analysis.nodes if is_clone_candidate(n)]
     state = _State(analysis, erase_dead=erase_dead, dead=dead_readers(analysis))
+    if erase_dead:
+        state.to_output = _reaching_output(analysis)
     order = sorted(
         (n for n in candidates if is_clone_candidate(n) or is_copy_candidate(n)), key=analysis.position
     )

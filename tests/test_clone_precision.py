@@ -420,3 +420,71 @@ def test_symbolic_trace_clones_are_candidates() -> None:
         "clone_3": ("keep", Reason.WRITES_CALLER_MEMORY),
     }
     assert "clone = " not in rewritten.code
+
+
+# --- a lowered auto_functionalized (v1) program, with eliminate_clones alone ----------
+
+
+@torch.library.custom_op("fxa_test_precision::rot_", mutates_args=("q", "k"))
+def rot_(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor) -> None:
+    q.mul_(cos)
+    k.mul_(cos)
+
+
+@rot_.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor) -> None:
+    return None
+
+
+def test_lowered_v1_kv_pool_with_eliminate_clones_alone() -> None:
+    """The lowering of ``auto_functionalized`` clones q and k of a KV pool (a graph input) and
+    writes them back; ``eliminate_clones`` alone, without the pipeline's self-copy removal, removes
+    every clone: the first copy-back of the pool is a value-preserving copy (C2-C5 refined), the
+    others fold (C8). Before issue 13 two clones stayed."""
+    from torch._higher_order_ops.auto_functionalize import auto_functionalized
+
+    from rewrite.lowering.functional import lower_functional_ops
+
+    def f(pool: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
+        _, q2, k2 = auto_functionalized(torch.ops.fxa_test_precision.rot_.default, q=pool[0], k=pool[1], cos=cos)
+        t = torch.select_scatter(pool, q2, 0, 0)
+        t = torch.select_scatter(t, k2, 0, 1)
+        s = t.sum()
+        pool.copy_(t)
+        return s
+
+    inputs = _randn((2, 3, 4), (3, 4))
+    gm = make_fx(f, tracing_mode="fake")(*inputs())
+    lowered = copy_program(gm)
+    assert isinstance(lowered, torch.fx.GraphModule)
+    lower_functional_ops(lowered.graph)
+    lowered.recompile()
+    check_equivalent(gm, lowered, inputs)
+    decisions, rewritten = _check(lowered, inputs)
+    assert len(decisions) == 4 and all(action == "remove" for action, _ in decisions.values())
+    assert Reason.REMOVABLE_BY_DATAFLOW in {reason for _, reason in decisions.values()}
+    assert not any(n.target is torch.ops.aten.clone.default for n in rewritten.graph.nodes)
+    check_equivalent(gm, rewritten, inputs)
+
+
+def test_applier_checks_an_erased_group_before_changing_anything() -> None:
+    """The applier stays all or nothing with C10: a group still used from outside is refused."""
+    from rewrite.apply import apply_decisions
+    from rewrite.decisions import Decision
+    from rewrite.errors import RewriteError
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        c = y.clone()
+        d = y.clone()
+        return c.add_(1) + d
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(3))
+    before = str(gm.graph)
+    bogus = [
+        Decision("clone_1", "remove", Reason.REMOVABLE, (), "mul"),
+        Decision("clone", "remove", Reason.DEAD_CLONE_ERASED, ("add_",), "mul", ("add_",)),
+    ]
+    with pytest.raises(RewriteError, match="still used"):
+        apply_decisions(gm.graph, bogus)
+    assert str(gm.graph) == before

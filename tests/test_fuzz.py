@@ -42,6 +42,7 @@ from rewrite.testing import (
     copy_program,
     programs,
 )
+from rewrite.testing.precision import sample_programs
 from rewrite.testing.programs import CI_SETTINGS, SOAK_SETTINGS, register_profiles
 
 # Per-test settings only lift what a traced draw needs; example counts follow the profile.
@@ -265,30 +266,29 @@ def test_programs_draw_every_construct(sample: list[Program]) -> None:
     assert any(p.donated_inputs for p in sample) and any(not p.donated_inputs for p in sample)
 
 
-def _clone_pairs(source: str) -> list[tuple[str, str, str]]:
-    """(clone, original, the source after the clone's line) for every ``C = O.clone()`` line."""
-    pairs = []
-    for m in re.finditer(r"^    (v\d+) = (\w+)\.(clone\(\)|contiguous\(\)|clone\(memory_format[^)]*\))$", source, re.M):
-        pairs.append((m.group(1), m.group(2), source[m.end():]))
-    return pairs
+def _clone_pairs(source: str) -> list[tuple[str, str, str, str]]:
+    """(clone, original, how, the source after the clone's line) for every ``C = O.clone()`` line."""
+    pattern = r"^    (v\d+) = (\w+)\.(clone\(\)|contiguous\(\)|clone\(memory_format[^)]*\))$"
+    return [(m.group(1), m.group(2), m.group(3), source[m.end() :]) for m in re.finditer(pattern, source, re.M)]
 
 
-def test_programs_draw_the_precision_patterns(sample: list[Program]) -> None:
-    """The generator is biased toward what issue 13 found a precise pass must see through."""
+def test_programs_draw_the_precision_patterns() -> None:
+    """The generator is biased toward what issue 13 found a precise pass must see through
+    (on seeded random draws: the derandomized ``sample`` favours a few of the patterns)."""
+    sample = sample_programs(300, seed=13)
     found = dict.fromkeys(PRECISION_PATTERNS, 0)
     unused_layout = elementwise_layout = 0
     for program in sample:
-        for clone, original, rest in _clone_pairs(program.function_source):
+        for clone, original, how, rest in _clone_pairs(program.function_source):
             for name, pattern in PRECISION_PATTERNS.items():
                 if re.search(pattern.format(c=rf"\b{clone}\b", o=rf"\b{original}\b"), rest):
                     found[name] += 1
-            node = next((n for n in program.graph_module.graph.nodes if rewrite.is_clone_candidate(n)), None)
-            if node is None:
+            if "contiguous" not in how:
                 continue
-            if "contiguous" in program.function_source and not re.search(rf"\b{clone}\b", rest):
-                unused_layout += 1
-            if re.search(rf"(torch\.sin\(|\.neg\(|= ){clone}( \* 2\.0| \+ 1\.0|\)|\.neg)", rest):
-                elementwise_layout += 1
+            if not re.search(rf"\b{clone}\b", rest):
+                unused_layout += 1  # an unused layout-changing clone
+            elif re.search(rf"torch\.sin\({clone}\)|= {clone}( \* 2\.0| \+ 1\.0|\.neg\(\))", rest):
+                elementwise_layout += 1  # read by an elementwise op
     missing = [name for name, count in found.items() if count == 0]
     assert not missing, f"never drawn in {len(sample)} programs: {missing}"
     assert unused_layout > 0 and elementwise_layout > 0, (unused_layout, elementwise_layout)

@@ -88,7 +88,7 @@ def test_exported_batch_norm_in_eval_mode_lets_the_clone_go() -> None:
 def test_make_fx_batch_norm_train_writes_the_running_stats() -> None:
     gm = make_fx(_batch_norm(True), tracing_mode="fake")(*_stats_inputs())
     analysis = aliasing.analyze(gm)
-    x, mean, var, w, b = gm.graph.find_nodes(op="placeholder")
+    x, mean, var, w, _b = gm.graph.find_nodes(op="placeholder")
     bn = _node(gm, torch.ops.aten.native_batch_norm.default)
     assert analysis.writers(mean) == (bn,) and analysis.writers(var) == (bn,)
     assert analysis.writers(x) == () and analysis.writers(w) == ()
@@ -114,7 +114,7 @@ def test_exported_batch_norm_functional(training: bool) -> None:
 
     ep = torch.export.export(Fn(), tuple(_stats_inputs()))
     analysis = aliasing.analyze(ep)
-    x, mean, var, w, b = ep.graph.find_nodes(op="placeholder")
+    _x, mean, var, _w, _b = ep.graph.find_nodes(op="placeholder")
     bn = _node(ep.graph_module, torch.ops.aten.batch_norm.default)
     expected = (bn,) if training else ()
     assert analysis.writers(mean) == expected and analysis.writers(var) == expected
@@ -199,7 +199,7 @@ def test_out_of_the_wrong_size_is_unknown_storage(make_out: Callable[[], torch.T
 
     gm = make_fx(fn, tracing_mode="fake")(torch.randn(3), make_out())
     analysis = aliasing.analyze(gm)
-    x, out = gm.graph.find_nodes(op="placeholder")
+    _x, out = gm.graph.find_nodes(op="placeholder")
     add = _node(gm, torch.ops.aten.add.out)
     assert aliasing.UNKNOWN_STORAGE in analysis.storage_of(out)
     assert aliasing.UNKNOWN_STORAGE in analysis.storage_of(add)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import rewrite
@@ -94,3 +95,40 @@ def test_a_pass_that_removes_nothing_has_ratio_zero_when_greedy_removes() -> Non
     report = measure_precision(lambda gm, donated: None, [gm_program])
     assert report.greedy == 1 and report.removed == 0 and report.ratio == 0.0
     assert len(report.short) == 1 and report.short[0].missed == ("clone",)
+
+
+def test_dead_clone_erasure_beats_greedy() -> None:
+    """Greedy replaces one clone at a time: a clone only written cannot go (its write would land in
+    the returned original). ``eliminate_clones`` erases it with its writer (condition C10)."""
+    p = _program(
+        "def program(x0):\n    y = x0 * 2.0\n    v0 = y.clone()\n    v0.add_(1.0)\n    return (y,)\n",
+        INPUTS,
+    )
+    assert greedy_removable(p) == ()
+    cache: dict[str, tuple[str, ...]] = {}
+    erase = measure_precision(
+        lambda gm, donated: rewrite.eliminate_clones(gm, donated_inputs=donated), [p], greedy_cache=cache
+    )
+    assert (erase.removed, erase.greedy, erase.beats, erase.unsound_programs) == (1, 0, 1, 0)
+    keep = measure_precision(
+        lambda gm, donated: rewrite.eliminate_clones(gm, donated_inputs=donated, erase_dead=False), [p], greedy_cache=cache
+    )
+    assert (keep.removed, keep.beats) == (0, 0)
+
+
+def test_greedy_cache_runs_the_oracle_once_per_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    import rewrite.testing.precision as precision
+
+    calls: list[str] = []
+    real = precision.greedy_removable
+
+    def counting(program: Program, *, draws: int = 3) -> tuple[str, ...]:
+        calls.append(program.function_source)
+        return real(program, draws=draws)
+
+    monkeypatch.setattr(precision, "greedy_removable", counting)
+    programs = sample_programs(3, seed=2, max_ops=4)
+    cache: dict[str, tuple[str, ...]] = {}
+    for _ in range(2):
+        measure_precision(lambda gm, donated: None, programs, greedy_cache=cache)
+    assert len(calls) == 3 and len(cache) == len({(p.function_source, p.inputs_source) for p in programs})

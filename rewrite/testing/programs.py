@@ -734,11 +734,13 @@ class _Builder:
         if which == 2:  # a dead read of the clone after a write of the original
             if not o_writable:
                 raise _Rejected("original not writable")
-            self._emit(self._choice(["{o}.add_(1.0)", "{o}.mul_(-0.5)", "{o}.zero_()"]).format(o=o.name), "inplace", bind=False)
+            write = self._choice(["{o}.add_(1.0)", "{o}.mul_(-0.5)", "{o}.zero_()"])
+            self._emit(write.format(o=o.name), "inplace", bind=False)
             self._emit(self._choice(["{c}.sum()", "{c} * 2.0", "{c}.amax()"]).format(c=c.name), "fresh")
             read_after = False
         elif which == 3:  # the clone only written
-            self._emit(self._choice(["{c}.add_(1.0)", "{c}.mul_({o})", "{c}.zero_()", "{c}.fill_(0.5)"]).format(c=c.name, o=o.name), "inplace", bind=False)
+            write = self._choice(["{c}.add_(1.0)", "{c}.mul_({o})", "{c}.zero_()", "{c}.fill_(0.5)"])
+            self._emit(write.format(c=c.name, o=o.name), "inplace", bind=False)
             read_after = False
         elif which == 4:  # same elements read and written by one node
             forms = ["{c}.mul_({o})", "{c}.add_({o})", "torch.mul({o}, 2.0, out={c})", "torch.add({o}, {c}, out={c})"]
