@@ -41,6 +41,7 @@ from aliasing.facts import TensorFacts
 from aliasing.resolve import resolve_overload
 
 __all__ = [
+    "Liveness",
     "dead_readers",
     "is_elementwise",
     "layout_observer",
@@ -170,14 +171,65 @@ def may_raise_on_values(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
     return True
 
 
-def dead_readers(analysis: AliasAnalysis) -> frozenset[torch.fx.Node]:
-    """Nodes whose reads cannot affect the program: dead, and unable to raise on what they read.
+def _pure(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
+    """A call that writes nothing and is not opaque."""
+    if node.op not in ("call_function", "call_method"):
+        return False
+    effect = analysis.effect_of(node)
+    return effect is not None and not effect.unknown and not effect.writes
+
+
+class Liveness:
+    """Dead nodes of a graph, kept up to date as a planner takes nodes out of it.
 
     A node is dead when it writes nothing, is not opaque, and every user of
     its result is dead (so nothing it computes reaches an output, memory, or
     an op that may raise). A dead node still counts as a reader when it, or a
     dead node its result flows into, may raise depending on values
-    (:func:`may_raise_on_values`).
+    (:func:`may_raise_on_values`); the others are *dead readers*: what they
+    read does not matter.
+    """
+
+    def __init__(self, analysis: AliasAnalysis) -> None:
+        self.analysis = analysis
+        self.dead: set[torch.fx.Node] = set()
+        self.relevant: set[torch.fx.Node] = set()  # dead nodes whose values may reach a raise
+        for node in reversed(analysis.nodes):
+            if _pure(analysis, node) and all(u in self.dead for u in node.users):
+                self._mark(node, node.users)
+
+    def _mark(self, node: torch.fx.Node, users: Iterable[torch.fx.Node]) -> None:
+        self.dead.add(node)
+        if may_raise_on_values(self.analysis, node) or any(u in self.relevant for u in users):
+            self.relevant.add(node)
+
+    def readers(self) -> set[torch.fx.Node]:
+        """The dead readers."""
+        return self.dead - self.relevant
+
+    def forget(
+        self, nodes: Iterable[torch.fx.Node], users: Callable[[torch.fx.Node], Sequence[torch.fx.Node]]
+    ) -> list[torch.fx.Node]:
+        """After ``nodes`` left the graph (``users(n)``: the uses that remain), the nodes that died, in
+        the order found: the nodes feeding them, transitively, whose remaining users are all dead."""
+        found: list[torch.fx.Node] = []
+        frontier = [arg for n in nodes for arg in n.all_input_nodes]
+        while frontier:
+            node = frontier.pop()
+            if node in self.dead or not _pure(self.analysis, node):
+                continue
+            remaining = users(node)
+            if all(u in self.dead for u in remaining):
+                self._mark(node, remaining)
+                found.append(node)
+                frontier.extend(node.all_input_nodes)
+        return found
+
+
+def dead_readers(analysis: AliasAnalysis) -> frozenset[torch.fx.Node]:
+    """Nodes whose reads cannot affect the program: dead, and unable to raise on what they read.
+
+    See :class:`Liveness`.
 
     Examples
     --------
@@ -191,20 +243,7 @@ def dead_readers(analysis: AliasAnalysis) -> frozenset[torch.fx.Node]:
     >>> sorted(n.name for n in dead_readers(analyze(gm)))
     ['sum_1']
     """
-    dead: set[torch.fx.Node] = set()
-    relevant: set[torch.fx.Node] = set()  # dead nodes whose values may reach a raise
-    for node in reversed(analysis.nodes):
-        if node.op not in ("call_function", "call_method"):
-            continue
-        effect = analysis.effect_of(node)
-        if effect is None or effect.unknown or effect.writes:
-            continue
-        if not all(u in dead for u in node.users):
-            continue
-        dead.add(node)
-        if may_raise_on_values(analysis, node) or any(u in relevant for u in node.users):
-            relevant.add(node)
-    return frozenset(dead - relevant)
+    return frozenset(Liveness(analysis).readers())
 
 
 def is_elementwise(node: torch.fx.Node) -> bool:

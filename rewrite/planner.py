@@ -154,7 +154,7 @@ from aliasing.errors import AliasingError
 from aliasing.facts import TensorFacts, known_equal, same_layout
 from aliasing.roles import CALLER_VISIBLE
 from rewrite.dataflow import (
-    dead_readers,
+    Liveness,
     is_elementwise,
     layout_observer,
     may_raise_on_values,
@@ -241,7 +241,9 @@ class _State:
 
     analysis: AliasAnalysis
     erase_dead: bool = True
-    dead: frozenset[torch.fx.Node] = frozenset()
+    #: dead readers (kept up to date as nodes leave the graph)
+    dead: set[torch.fx.Node] = field(default_factory=set)
+    liveness: Liveness | None = None
     parent: dict[str, str] = field(default_factory=dict)
     classes: dict[str, _Class] = field(default_factory=dict)
     removed: set[torch.fx.Node] = field(default_factory=set)
@@ -362,6 +364,18 @@ def _same_region(x: Region | None, y: Region | None) -> bool:
         and known_equal(x.offset, y.offset)
         and all(known_equal(p, q) for p, q in zip(x.sizes, y.sizes))
         and all(known_equal(p, q) or known_equal(n, 1) for p, q, n in zip(x.strides, y.strides, x.sizes))
+    )
+
+
+def _identical(x: Region | None, y: Region | None) -> bool:
+    """True when two regions are provably the same tensor geometry, strides of size-one dimensions
+    included: PyTorch's overlap check calls anything else a partial overlap and raises when one
+    op reads one and writes the other."""
+    return (
+        _same_region(x, y)
+        and x is not None
+        and y is not None
+        and all(known_equal(p, q) for p, q in zip(x.strides, y.strides))
     )
 
 
@@ -625,13 +639,13 @@ def _scan(
             for w, _ in st.c_writes:
                 for r in reads_o:
                     if _overlaps(w, r):
-                        if not (exact and _same_region(w, r)):
+                        if not (exact and _identical(w, r)):
                             return keep(Reason.SAME_NODE_WRITES_CLONE_READS_ORIGINAL, n)
                         helped.append(n)
             for w, _ in st.o_writes:
                 for r in reads_c:
                     if _overlaps(w, r):
-                        if not (exact and _same_region(w, r)):
+                        if not (exact and _identical(w, r)):
                             return keep(Reason.SAME_NODE_WRITES_ORIGINAL_READS_CLONE, n)
                         helped.append(n)
         # C2', C3': reads by nodes that matter see the value their side holds.
@@ -755,7 +769,7 @@ def _copy_between(
         return state.region(v)
 
     rd, rs = region(d, sd), region(s, ss)
-    if not _same_region(rd, rs) or rd is None:
+    if not _identical(rd, rs) or rd is None:
         return None
     if sd == ss:
         return "self"
@@ -810,7 +824,8 @@ def _decide_fold(state: _State, info: _Clone, blocked: Decision, keep: Keep) -> 
         rd, rs = state.region(d), state.region(s)
         same_class = state.root_of(d) == state.find(next(iter(info.ocls.storages)))
         # C8a the copy-back copies an identical region with the same dtype.
-        if not (same_class and _same_region(rd, rs) and _same_elements(a.facts_of(d), a.facts_of(s))):
+        # (Strides of size-one dimensions too: after the fold ``E`` reads and writes one memory.)
+        if not (same_class and _identical(rd, rs) and _same_elements(a.facts_of(d), a.facts_of(s))):
             return keep(Reason.COPY_BACK_REGION_DIFFERS, copy_back)
         end = a.position(copy_back)
         # C8b every write of c happens before E, inside s.
@@ -1021,7 +1036,8 @@ def plan_clone_elimination(
         raise AliasingError(f"unknown conditions to skip: {sorted(unknown)}")
     if candidates is None:
         candidates = [n for n in analysis.nodes if is_clone_candidate(n)]
-    state = _State(analysis, erase_dead=erase_dead, dead=dead_readers(analysis))
+    liveness = Liveness(analysis)
+    state = _State(analysis, erase_dead=erase_dead, dead=liveness.readers(), liveness=liveness)
     if erase_dead:
         state.to_output = _reaching_output(analysis)
     order = sorted(
@@ -1061,6 +1077,7 @@ def plan_clone_elimination(
                     state.removed.add(n)
                     state.replaced.pop(n, None)  # a removed copy of a member is erased with it
                 touched.extend(_classes_read(state, [node, *group]))
+                touched.extend(_classes_read(state, _died(state, [node, *group])))
                 continue
             replacement = state.resolve(node.args[0])  # type: ignore[arg-type]
             state.replaced[node] = replacement
@@ -1071,18 +1088,31 @@ def plan_clone_elimination(
                         state.relocated.add(sc)
                     state.merge(sc, so)
                     touched.append(so)
+                touched.extend(_classes_read(state, _died(state, [node])))
             else:
                 touched.extend(_classes_of(state, node))
+                touched.extend(_classes_read(state, _died(state, [node])))
         dirty = {state.find(s) for s in touched}
+        # Every kept copy whose classes were touched, not only those decided in this pass: a
+        # copy kept in an earlier pass may depend on what this one changed.
         pending = [
             c
-            for c in pending
+            for c in order
             if c not in state.erased and decisions[c].action == "keep" and _classes_of(state, c) & dirty
         ]
     for node in state.erased:
         if node in decisions:
             decisions[node] = _erased_decision(state, node)
     return [decisions[c] for c in order]
+
+
+def _died(state: _State, gone: list[torch.fx.Node]) -> list[torch.fx.Node]:
+    """The nodes that die once ``gone`` left the graph (C7): their reads stop counting."""
+    if state.liveness is None:
+        return []
+    died = state.liveness.forget(gone, state.users)
+    state.dead |= {n for n in died if n not in state.liveness.relevant}
+    return died
 
 
 def _classes_read(state: _State, nodes: Iterable[torch.fx.Node]) -> list[str]:

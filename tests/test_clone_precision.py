@@ -488,3 +488,57 @@ def test_applier_checks_an_erased_group_before_changing_anything() -> None:
     with pytest.raises(RewriteError, match="still used"):
         apply_decisions(gm.graph, bogus)
     assert str(gm.graph) == before
+
+
+def test_nodes_left_dead_by_an_erased_group_stop_counting() -> None:
+    """Found by the soak: a C10 group erased a train-mode norm, which left ``x0 + 1``'s ``repeat``
+    (the norm's input, reading the original after the clone was written) dead. The clone it had
+    kept is decided again in the same run (C7), so a second run removes nothing."""
+
+    def f(x0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        v1 = x0 + 1.0
+        v2 = v1.clone()
+        v2.add_(1.0)
+        v4 = x0.clone()
+        v6 = v4.clone()
+        v7 = x0.unsqueeze(1).expand(1, 1, 2)
+        torch.nn.functional.instance_norm(v7, v4, v6, v1, None, use_input_stats=True, momentum=0.1)
+        return x0, v2
+
+    decisions = decide(f, _randn((1,)))
+    assert decisions["clone"] == DATAFLOW and decisions["clone_1"] == ERASED
+
+
+def test_copy_kept_in_an_earlier_pass_is_decided_again_when_its_classes_change() -> None:
+    """Found by the soak: ``clone_3``'s group (C10) unblocked ``clone``'s, which erased the norm
+    that kept ``clone_1`` (a layout change read by a view). ``clone_1`` was decided in the first
+    pass only; the fixed point (C7) must decide it again, or a second run removes it."""
+
+    def f(x0: torch.Tensor) -> tuple[torch.Tensor]:
+        v0 = x0.clone()
+        v1 = v0[:, 0, 0, 0]
+        v2 = v0[:, 0, 0, 1]
+        v3 = x0.reshape((1, 1, 2))
+        torch.nn.functional.instance_norm(v3, v1, v2, None, None, use_input_stats=True, momentum=0.1)
+        v5 = x0 + 1.0
+        v5.clone()
+        v7 = v5.clone()
+        v7.index_put_((torch.arange(0, 1, 1),), v0)
+        return (v5 + 1.0,)
+
+    inputs = lambda: [torch.randn(1, 1, 1, 4, generator=torch.Generator().manual_seed(0))[..., ::2]]  # noqa: E731
+    decisions = decide(f, inputs)
+    assert all(action == "remove" for action, _ in decisions.values()), decisions
+
+
+def test_same_memory_with_other_strides_of_size_one_dimensions_is_a_partial_overlap() -> None:
+    """Found by the soak: after removal ``x0.add_(x0[0:1:2])`` reads and writes one element through
+    strides (1,) and (2,); PyTorch calls that a partial overlap and raises. Element-exact means the
+    same strides, those of size-one dimensions included."""
+
+    def f(x0: torch.Tensor) -> tuple[torch.Tensor]:
+        v1 = x0[0:1:2].clone()
+        x0.add_(v1)
+        return (x0,)
+
+    assert decide(f, _randn((1,))) == {"clone": ("keep", Reason.SAME_NODE_WRITES_ORIGINAL_READS_CLONE)}

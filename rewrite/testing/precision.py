@@ -149,6 +149,7 @@ class PrecisionReport:
     clones: int = 0
     removed: int = 0  #: clones the pass removed, in programs whose rewrite is sound
     greedy: int = 0  #: clones the greedy oracle removed
+    covered: int = 0  #: clones the greedy oracle removed that the pass removed too
     unsound_programs: int = 0  #: rewrites the oracle rejects (their removals are not counted)
     short: list[Miss] = field(default_factory=list)  #: programs where the pass removed less
     beats: int = 0  #: programs where the pass removed more than greedy
@@ -157,6 +158,17 @@ class PrecisionReport:
     def ratio(self) -> float:
         """Removed / greedy-removable (1.0 when greedy removes nothing)."""
         return self.removed / self.greedy if self.greedy else 1.0
+
+    @property
+    def coverage(self) -> float:
+        """The stricter figure: of the clones greedy removes, the share the pass removes too.
+
+        Unlike :attr:`ratio` it gives no credit for clones greedy keeps (those
+        C10 erases), so a program where the pass beats greedy cannot hide a miss
+        elsewhere. Where both orders are sound (one of two chained clones),
+        choosing the other clone counts as a miss here.
+        """
+        return self.covered / self.greedy if self.greedy else 1.0
 
     def shortest_misses(self, count: int = 5) -> list[Miss]:
         """The programs with misses, fewest statements first."""
@@ -169,6 +181,7 @@ class PrecisionReport:
             f"removed by the pass: {self.removed}",
             f"greedy-removable:    {self.greedy}",
             f"ratio:               {self.ratio:.3f}",
+            f"coverage:            {self.coverage:.3f} (of greedy's removals, the share the pass makes too)",
             f"programs short:      {len(self.short)}",
             f"programs beating greedy: {self.beats}",
             f"unsound rewrites:    {self.unsound_programs}",
@@ -244,6 +257,7 @@ def measure_precision(
         left = set(_clone_names(rewritten))
         gone = [c for c in before if c not in left]
         report.removed += len(gone)
+        report.covered += sum(1 for c in greedy if c not in left)
         if len(gone) > len(greedy):
             report.beats += 1
         if len(gone) < len(greedy):

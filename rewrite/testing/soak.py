@@ -309,13 +309,14 @@ def _precision_campaign(minutes: float, seed: int, max_ops: int, min_programs: i
                 drawn,
                 greedy_cache=cache,
             )
-            for name in ("programs", "clones", "removed", "greedy", "unsound_programs", "beats"):
+            for name in ("programs", "clones", "removed", "greedy", "covered", "unsound_programs", "beats"):
                 setattr(total, name, getattr(total, name) + getattr(part, name))
             total.short.extend(part.short)
         batch += 1
         print(
-            f"batch {batch}: {totals['erase'].programs} programs, ratio {totals['erase'].ratio:.3f} "
-            f"({totals['no-erase'].ratio:.3f} without dead-clone erasure)",
+            f"batch {batch}: {totals['erase'].programs} programs, ratio {totals['erase'].ratio:.3f}, "
+            f"coverage {totals['erase'].coverage:.3f} ({totals['no-erase'].ratio:.3f}, "
+            f"{totals['no-erase'].coverage:.3f} without dead-clone erasure)",
             file=sys.stderr,
         )
     figures: dict[str, Any] = {}
@@ -328,6 +329,8 @@ def _precision_campaign(minutes: float, seed: int, max_ops: int, min_programs: i
             "removed": total.removed,
             "greedy": total.greedy,
             "ratio": round(total.ratio, 4),
+            "covered": total.covered,
+            "coverage": round(total.coverage, 4),
             "programs_short": len(total.short),
             "programs_beating_greedy": total.beats,
             "unsound_programs": total.unsound_programs,
