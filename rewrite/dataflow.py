@@ -96,8 +96,17 @@ _REDUCTIONS = frozenset(
 #: Metadata reads that a change of strides or storage offset leaves unchanged.
 _SIZE_ONLY = frozenset({"aten::sym_size", "aten::sym_numel", "aten::size", "aten::numel", "aten::dim"})
 
-#: Copies whose output layout the planner recomputes (with the pointwise ops).
-_COPIES = frozenset({"aten::clone", "aten::_to_copy"})
+#: Copies and rearrangements: each output element is one input element, so their values do not
+#: depend on the inputs' strides (no arithmetic whose order could follow them), and they never
+#: raise on a layout. The planner recomputes their output layout (with the pointwise ops).
+_COPIES = frozenset(
+    "aten::" + name
+    for name in [
+        "clone", "_to_copy", "repeat", "cat", "stack", "constant_pad_nd", "flip", "roll", "index_select",
+        "gather", "take", "slice_copy", "select_copy", "narrow_copy", "permute_copy", "transpose_copy",
+        "t_copy", "expand_copy", "unsqueeze_copy", "squeeze_copy", "alias_copy", "detach_copy",
+    ]
+)
 
 
 def op_of(node: torch.fx.Node) -> torch._ops.OpOverload | None:
@@ -143,7 +152,21 @@ def _body_analysis(body: torch.fx.GraphModule) -> AliasAnalysis:
     return analyze(body)
 
 
-def may_raise_on_values(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
+#: Indexing ops whose raising depends only on their integer (index) arguments' values: the
+#: floating-point data they gather or scatter cannot make them raise.
+_INDEXING = frozenset(
+    "aten::" + name
+    for name in [
+        "index", "index_put", "index_put_", "_index_put_impl", "_index_put_impl_", "index_select", "gather",
+        "scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_", "index_add",
+        "index_add_", "index_copy", "index_copy_", "index_fill", "index_fill_", "take", "embedding",
+    ]
+)
+
+
+def may_raise_on_values(
+    analysis: AliasAnalysis, node: torch.fx.Node, changed: Callable[[torch.fx.Node], bool] | None = None
+) -> bool:
     """Whether ``node`` could raise depending on the values (not the shapes) it reads.
 
     False only for ops known not to: pointwise ops on floating-point tensors
@@ -152,6 +175,12 @@ def may_raise_on_values(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
     ``getitem`` of a tuple or with constant indices, and a ``wrap`` whose
     subgraph holds only such ops. True for the rest (indexing with tensor
     indices, ``item``, asserts, data-dependent shapes, custom and unknown ops).
+
+    ``changed(arg)`` (when given) says which arguments may hold other values
+    than before (a rewrite changes only some memory): an indexing op
+    (``index_put_``, ``gather``, ``scatter``...) raises only on its index
+    values, so it may raise differently only when an argument that is not
+    floating point is ``changed``.
     """
     if node.op == "call_function" and node.target is operator.getitem:
         return any(isinstance(a, torch.fx.Node) for a in node.args[1:])
@@ -168,6 +197,8 @@ def may_raise_on_values(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
         return False
     if _POINTWISE in op.tags:
         return not all(_floating(analysis.facts_of(a)) for a in _arg_nodes(node))
+    if changed is not None and name in _INDEXING and op.namespace == "aten":
+        return any(changed(a) and not _floating(analysis.facts_of(a)) for a in _arg_nodes(node))
     return True
 
 
@@ -349,18 +380,14 @@ def _meta(layout: Layout, device: torch.device) -> torch.Tensor:
     return torch.empty(offset + span, dtype=dtype, device="meta").as_strided(sizes, strides, offset)
 
 
-def simulate(
+def _simulated(
     analysis: AliasAnalysis,
     node: torch.fx.Node,
     substitute: dict[torch.fx.Node, TensorFacts],
-    resolve: Callable[[torch.fx.Node], torch.fx.Node] = lambda n: n,
-) -> Layout | None:
-    """The layout ``node``'s result would have if the arguments in ``substitute`` had those facts.
-
-    The op runs on meta tensors built from the facts of its arguments (those
-    of ``resolve(arg)``: what stands for the argument after earlier removals),
-    None when any is symbolic, unknown or not strided, or the op fails there.
-    """
+    resolve: Callable[[torch.fx.Node], torch.fx.Node],
+) -> torch.Tensor | None:
+    """``node``'s op run on meta tensors with the arguments' facts (``substitute`` first); None when
+    any is symbolic, unknown or not strided, the result is no tensor, or the op fails there."""
     op = op_of(node)
     if op is None:
         return None
@@ -383,7 +410,23 @@ def simulate(
             result = op(*args, **kwargs)
     except Exception:  # an op without a meta kernel, or arguments it rejects: unknown
         return None
-    if not isinstance(result, torch.Tensor):
+    return result if isinstance(result, torch.Tensor) else None
+
+
+def simulate(
+    analysis: AliasAnalysis,
+    node: torch.fx.Node,
+    substitute: dict[torch.fx.Node, TensorFacts],
+    resolve: Callable[[torch.fx.Node], torch.fx.Node] = lambda n: n,
+) -> Layout | None:
+    """The layout ``node``'s result would have if the arguments in ``substitute`` had those facts.
+
+    The op runs on meta tensors built from the facts of its arguments (those
+    of ``resolve(arg)``: what stands for the argument after earlier removals),
+    None when any is symbolic, unknown or not strided, or the op fails there.
+    """
+    result = _simulated(analysis, node, substitute, resolve)
+    if result is None:
         return None
     return _normal(tuple(result.shape), tuple(result.stride()), int(result.storage_offset()), result.dtype)
 
@@ -405,34 +448,59 @@ def layout_observer(
     arguments name it). A consumer does not observe the change when:
 
     (a) it makes a fresh value elementwise or by copying (pointwise ops,
-        ``clone``, ``_to_copy``) whose layout, recomputed on meta tensors, is
+        ``clone``, ``_to_copy``, rearrangements such as ``repeat``, ``cat``,
+        ``flip``, ``gather``) whose layout, recomputed on meta tensors, is
         the one its metadata records;
     (b) it writes ``value`` elementwise in full (pointwise in place, ``copy_``,
-        fills, ``out=``), ``new_facts`` has no internal overlap, and nothing
-        uses its result (that result would carry the old layout);
+        fills, ``out=``), ``new_facts`` has no internal overlap, and its
+        result (the value itself) is unused or observed by none of its own
+        consumers (these rules, applied to the result);
     (c) it reads ``value`` as an input of an elementwise op that writes
         another value (``copy_``'s source, an operand of an in-place op);
     (d) it reads sizes only (``sym_size``, ``numel``);
     (e) it is a view whose elements do not depend on strides (slices,
-        transposes, splits...) and nothing uses it;
+        transposes, splits...), or a ``view`` that the new layout still
+        allows (run on meta tensors), and nothing uses it, or its result,
+        taking the layout the view makes of the new one, is observed by
+        none of its own consumers (these rules, applied to the view);
     (f) it is a dead op that cannot raise on a layout (pointwise ops,
         reductions, copies) and nothing uses it;
     (g) it is a ``wrap`` that does not write the value and whose subgraph
         does not observe the layout of the placeholder it binds (these rules,
         inside the subgraph).
 
-    Anything else observes: the output node (an output's recorded layout),
-    stride reads, ``view``/``reshape``/``as_strided``, reductions whose result
-    is used (their summation order follows strides), custom and unknown ops.
+    Anything else observes: the output node (an output's recorded layout), stride reads,
+    ``reshape``/``as_strided``, a ``view`` the new layout does not allow,
+    reductions whose result is used (their summation order follows strides),
+    custom and unknown ops. Past :data:`_VISITS` consumers, followed through
+    views and in-place results, the search stops and the last one observes
+    (a bound on the work per clone).
     """
-    dead_set = frozenset(dead)
-    new_layout = _layout(new_facts)
-    if new_layout is None:
+    return _observer(analysis, value, new_facts, users, frozenset(dead), resolve, [_VISITS])
+
+
+#: How many consumers one :func:`layout_observer` query may look at.
+_VISITS = 64
+
+
+def _observer(
+    analysis: AliasAnalysis,
+    value: torch.fx.Node,
+    new_facts: TensorFacts,
+    users: Callable[[torch.fx.Node], Sequence[torch.fx.Node]],
+    dead: frozenset[torch.fx.Node],
+    resolve: Callable[[torch.fx.Node], torch.fx.Node],
+    budget: list[int],
+) -> torch.fx.Node | None:
+    if _layout(new_facts) is None:
         return value
     for user in users(value):
+        budget[0] -= 1
+        if budget[0] < 0:
+            return user
         # The arguments of ``user`` that stand for ``value`` (itself, or removed copies of it).
         names = frozenset(a for a in _arg_nodes(user) if resolve(a) is value)
-        if not _unobserved(analysis, user, names, new_facts, users, dead_set, resolve):
+        if not _unobserved(analysis, user, value, names, new_facts, users, dead, resolve, budget):
             return user
     return None
 
@@ -440,11 +508,13 @@ def layout_observer(
 def _unobserved(
     analysis: AliasAnalysis,
     user: torch.fx.Node,
+    value: torch.fx.Node,
     names: frozenset[torch.fx.Node],
     new_facts: TensorFacts,
     users: Callable[[torch.fx.Node], Sequence[torch.fx.Node]],
     dead: frozenset[torch.fx.Node],
     resolve: Callable[[torch.fx.Node], torch.fx.Node],
+    budget: list[int],
 ) -> bool:
     if user.op == "output" or analysis.is_unknown(user):
         return False
@@ -463,7 +533,13 @@ def _unobserved(
     if name in _SIZE_ONLY:  # (d)
         return True
     if names & set(_destinations(user, op)):  # (b)
-        return not used and non_overlapping(new_facts)
+        if not non_overlapping(new_facts):
+            return False
+        if not used:
+            return True
+        # The result is the value itself: its consumers see the new layout too.
+        recorded, old = _layout(analysis.facts_of(user)), _layout(analysis.facts_of(value))
+        return recorded is not None and recorded == old and _follow(analysis, user, new_facts, users, dead, resolve, budget)
     if names & set(writes):
         return False  # written, but not elementwise in full
     if is_elementwise(user) and writes:  # (c) an input of an op writing something else
@@ -472,13 +548,35 @@ def _unobserved(
         recorded = _layout(analysis.facts_of(user))
         if recorded is not None and simulate(analysis, user, dict.fromkeys(names, new_facts), resolve) == recorded:
             return True
-    if name in _LAYOUT_FREE_VIEWS:  # (e)
+    if name in _LAYOUT_FREE_VIEWS or name == "aten::view":  # (e)
         if analysis.facts_of(user) is None:  # a tuple of views: no getitem of it may be used
-            return all(u.op == "call_function" and u.target is operator.getitem and not users(u) for u in users(user))
-        return not used
+            return name in _LAYOUT_FREE_VIEWS and all(
+                u.op == "call_function" and u.target is operator.getitem and not users(u) for u in users(user)
+            )
+        view = _simulated(analysis, user, dict.fromkeys(names, new_facts), resolve)
+        if view is None:
+            return False  # the new layout does not allow the view (or it cannot be run)
+        if not used:
+            return True
+        facts = TensorFacts(view, storage_key=-1, strided=True)
+        return _follow(analysis, user, facts, users, dead, resolve, budget)
     if user in dead and not used:  # (f)
         return _POINTWISE in op.tags or name in _COPIES or name in _REDUCTIONS
     return False
+
+
+def _follow(
+    analysis: AliasAnalysis,
+    value: torch.fx.Node,
+    new_facts: TensorFacts,
+    users: Callable[[torch.fx.Node], Sequence[torch.fx.Node]],
+    dead: frozenset[torch.fx.Node],
+    resolve: Callable[[torch.fx.Node], torch.fx.Node],
+    budget: list[int],
+) -> bool:
+    """True when no consumer of ``value`` (a view or in-place result of the changed value, taking
+    ``new_facts``) observes its layout."""
+    return _observer(analysis, value, new_facts, users, dead, resolve, budget) is None
 
 
 def _unobserved_in_body(

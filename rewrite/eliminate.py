@@ -17,7 +17,7 @@ from aliasing.target import check_donated_inputs, resolve_target
 from rewrite.apply import apply_decisions
 from rewrite.decisions import CloneEliminationReport, Decision, Reason
 from rewrite.errors import RewriteError
-from rewrite.planner import is_clone_candidate, plan_clone_elimination
+from rewrite.planner import check_refinements, is_clone_candidate, plan_clone_elimination
 
 __all__ = ["eliminate_clones", "recompile_lazily"]
 
@@ -94,6 +94,7 @@ def eliminate_clones(
     donated_inputs: Iterable[int] = (),
     strict: bool = False,
     erase_dead: bool = True,
+    refinements: Iterable[str] | None = None,
 ) -> CloneEliminationReport:
     """Remove every ``clone`` whose copy the program does not need, and none that it does.
 
@@ -118,6 +119,11 @@ def eliminate_clones(
         Allow condition C10: a clone that nothing reads is erased together with
         its writers and the dead users of its values. False removes clones only
         by replacing them with their originals.
+    refinements : iterable of str, optional
+        The refinements of C1-C5 to use (``rewrite.planner.REFINEMENTS``:
+        "layout", "liveness", "exact", "kills"); all by default. Fewer is
+        sound and removes less (for measuring each one, or narrowing down a
+        decision).
 
     Raises
     ------
@@ -150,18 +156,21 @@ def eliminate_clones(
     """
     # Caller mistakes raise here, before anything is analysed or changed.
     resolved = resolve_target(target, check_donated_inputs(donated_inputs))
+    refine = check_refinements(refinements)
     with paused_gc():
-        return _eliminate(target, resolved, strict, erase_dead)
+        return _eliminate(target, resolved, strict, erase_dead, refine)
 
 
-def _eliminate(target: Target, resolved: ResolvedTarget, strict: bool, erase_dead: bool) -> CloneEliminationReport:
+def _eliminate(
+    target: Target, resolved: ResolvedTarget, strict: bool, erase_dead: bool, refinements: frozenset[str]
+) -> CloneEliminationReport:
     graph = resolved.graph
     candidates = [n for n in graph.nodes if is_clone_candidate(n)]
     opaque: tuple[str, ...] = ()
     try:
         analysis = analyze(resolved)
         opaque = tuple(n.name for n in analysis.opaque_nodes)
-        decisions = plan_clone_elimination(analysis, candidates, erase_dead=erase_dead)
+        decisions = plan_clone_elimination(analysis, candidates, erase_dead=erase_dead, refinements=refinements)
         replaced = apply_decisions(graph, decisions)  # all or nothing
     except Exception as e:
         if strict:

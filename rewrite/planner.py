@@ -16,8 +16,9 @@ use its result; a dead node's reads do not count unless it (or a dead node
 its result flows into) may raise depending on the values it reads (indexing
 with tensor indices, ``item``, asserts, integer division, any op not known
 to be safe). A *dead writer* of the pair is a node that writes only the
-clone's and the original's memory, cannot raise on what it reads, feeds only
-dead nodes, and whose writes no later reader that matters touches once the
+clone's and the original's memory, cannot raise on what it reads (an
+indexing op raises only on its indices: it can when they are in the pair's
+memory), feeds only dead nodes, and whose writes no later reader that matters touches once the
 two are one memory (caller-visible memory is read at the end); its reads do
 not count either. A *kill* of a region is a proven full overwrite of it
 (pointwise in place, ``copy_``, ``zero_``, ``fill_``, pointwise ``out=``); an
@@ -26,6 +27,11 @@ read it. An op is *element-exact* on two regions when it is elementwise
 (pointwise, ``copy_``, fills) and the regions are identical (same offset,
 sizes, strides and item size): element ``i`` is read before it is written.
 Unknown stays "may": an opaque op reads and writes everything it reaches.
+
+The refinements can be named and left out (``refinements=``, sound: less
+goes): "layout" (C1 refined), "liveness" (dead readers and dead writers),
+"exact" (element-exact C4'), "kills" (kills, value-preserving and self
+copies, write-only destinations). C10 has its own switch, ``erase_dead``.
 
 ``c = clone(o)`` may be replaced by ``o`` when all of these hold:
 
@@ -37,9 +43,10 @@ C1 layout: ``c`` and ``o`` agree on dtype, device, sizes, strides, storage
    differ, ``c`` may still go if no consumer observes its layout
    (:func:`rewrite.dataflow.layout_observer`: elementwise and copying
    consumers whose recomputed layout is the one their metadata records,
-   elementwise writes whose results nothing uses, size reads, unused views
-   and dead leaves). An output, a stride read, a ``view``, a reduction whose
-   result is used (summation order follows strides) observe it. Regions in
+   full elementwise writes, size reads, dead leaves, and views and in-place
+   results whose own consumers observe nothing). An output, a stride read, a
+   ``reshape``, a ``view`` the new layout forbids, a reduction whose result is
+   used (summation order follows strides) observe it. Regions in
    ``c``'s storage then no longer describe ``o``'s: ``c``'s own accesses are
    taken as ``o``'s region, every other value of ``c``'s storage as
    "anywhere" (C7), and the fold C8 does not apply.
@@ -164,10 +171,16 @@ from rewrite.dataflow import (
 )
 from rewrite.decisions import Decision, Reason
 
-__all__ = ["CONDITIONS", "is_clone_candidate", "is_copy_candidate", "plan_clone_elimination"]
+__all__ = ["CONDITIONS", "REFINEMENTS", "is_clone_candidate", "is_copy_candidate", "plan_clone_elimination"]
 
 #: Conditions that ``skip`` may name (for testing test tools only: skipping any is unsound).
 CONDITIONS = frozenset({"C1", "C2", "C3", "C4", "C5", "C6"})
+
+#: The refinements of C1-C5 that ``refinements`` may name (turning any off is sound: less goes).
+#: "layout": C1 refined; "liveness": dead readers and dead writers; "exact": element-exact
+#: same-node effects (C4'); "kills": kills, value-preserving and self copies, write-only
+#: destinations. C10 has its own switch, ``erase_dead``.
+REFINEMENTS = frozenset({"layout", "liveness", "exact", "kills"})
 
 _TO_COPY_KWARGS = frozenset({"dtype", "layout", "device", "memory_format", "non_blocking"})
 
@@ -241,6 +254,7 @@ class _State:
 
     analysis: AliasAnalysis
     erase_dead: bool = True
+    refine: frozenset[str] = REFINEMENTS
     #: dead readers (kept up to date as nodes leave the graph)
     dead: set[torch.fx.Node] = field(default_factory=set)
     liveness: Liveness | None = None
@@ -450,7 +464,7 @@ def _decide_replacement(state: _State, clone: torch.fx.Node, skip: frozenset[str
     # C1 layout; refined: a change of strides or offset that no consumer observes.
     relocated = False
     if "C1" not in skip and not same_layout(fc, fo):
-        if not _layout_only_change(fc, fo):
+        if not _layout_only_change(fc, fo) or "layout" not in state.refine:
             return keep(Reason.LAYOUT, original)
         observer = layout_observer(a, clone, fo, state.users, state.dead, state.resolve)
         if observer is not None:
@@ -490,6 +504,8 @@ def _decide_replacement(state: _State, clone: torch.fx.Node, skip: frozenset[str
         if result.action == "remove":
             return result
     # C2-C5 refined: liveness, kills, value-preserving copies, element-exact same-node effects.
+    if not state.refine - {"layout"}:
+        return result
     refined = _scan(state, info, ro, skip, keep)
     if isinstance(refined, Decision):
         return result
@@ -623,19 +639,20 @@ def _scan(
         return "c" if root == croot else "o" if root == oroot else ""
 
     steps = _steps(state, info, ro)
-    dead = _dead_writers(state, info, steps, (croot, oroot))
+    kills = "kills" in state.refine
+    dead = _dead_writers(state, info, steps, (croot, oroot)) if "liveness" in state.refine else set()
     for st in steps:
         n = st.node
-        copy = _copy_between(state, info, n, ro, side)
+        copy = _copy_between(state, info, n, ro, side) if kills else None
         if copy == "self":
             helped.append(n)
             continue  # a copy of a region onto itself reads and writes nothing that changes
-        dest_only = write_only_args(n)
+        dest_only = write_only_args(n) if kills else frozenset()
         reads_c = [r for r, v in st.c_reads if v not in dest_only]
         reads_o = [r for r, v in st.o_reads if v not in dest_only]
         # C4': an op reading one side where it writes the other must be element-exact there.
         if "C4" not in skip:
-            exact = is_elementwise(n)
+            exact = "exact" in state.refine and is_elementwise(n)
             for w, _ in st.c_writes:
                 for r in reads_o:
                     if _overlaps(w, r):
@@ -675,7 +692,7 @@ def _scan(
             continue
         for w, v in st.c_writes:
             first_c_writer = first_c_writer or n
-            if writes_all_of(n, v) and w is not None:
+            if kills and writes_all_of(n, v) and w is not None:
                 kept = [d for d in o_dirty if not _covers(w, d, ro)]
                 if len(kept) < len(o_dirty):
                     helped.append(n)
@@ -683,7 +700,7 @@ def _scan(
             c_dirty = _bounded([*c_dirty, w])
         for w, v in st.o_writes:
             last_o_writer = n
-            if writes_all_of(n, v) and w is not None:
+            if kills and writes_all_of(n, v) and w is not None:
                 kept = [d for d in c_dirty if not _covers(w, d, ro)]
                 if len(kept) < len(c_dirty):
                     helped.append(n)
@@ -716,6 +733,11 @@ def _dead_writers(
     """
     a = state.analysis
     live_reads: list[Region | None] = [None] if (info.ocls.roles | info.ccls.roles) & CALLER_VISIBLE else []
+
+    def changed(arg: torch.fx.Node) -> bool:  # its values may differ once ``c`` and ``o`` are one memory
+        root = state.root_of(state.resolve(arg))
+        return root is None or root in roots
+
     dead: set[torch.fx.Node] = set()
     for st in reversed(steps):
         n = st.node
@@ -726,7 +748,7 @@ def _dead_writers(
             written
             and n.op != "output"
             and _writes_only(state, n, roots)
-            and not may_raise_on_values(a, n)
+            and not may_raise_on_values(a, n, changed)
             and all(u in state.dead or u in dead for u in state.users(n))
             and not any(_overlaps(w, r) for w in written for r in live_reads)
         ):
@@ -959,12 +981,29 @@ def _erased_decision(state: _State, node: torch.fx.Node) -> Decision:
     return Decision(node.name, "remove", reason, (state.erased[node].name,), original)
 
 
+def check_refinements(refinements: Iterable[str] | None) -> frozenset[str]:
+    """The refinements named (all of :data:`REFINEMENTS` for None).
+
+    Raises
+    ------
+    aliasing.AliasingError
+        If one is unknown (or ``refinements`` is a single string).
+    """
+    if isinstance(refinements, str):
+        raise AliasingError(f"refinements must be a collection of names, not the string {refinements!r}")
+    refine = REFINEMENTS if refinements is None else frozenset(refinements)
+    if refine - REFINEMENTS:
+        raise AliasingError(f"unknown refinements: {sorted(refine - REFINEMENTS)}; known: {sorted(REFINEMENTS)}")
+    return refine
+
+
 def plan_clone_elimination(
     analysis: AliasAnalysis,
     candidates: Sequence[torch.fx.Node] | None = None,
     *,
     skip: Iterable[str] = (),
     erase_dead: bool = True,
+    refinements: Iterable[str] | None = None,
 ) -> list[Decision]:
     """Decide, for each copy candidate in graph order, whether it may be removed.
 
@@ -983,6 +1022,11 @@ def plan_clone_elimination(
         Allow C10: a clone nothing reads goes with its writers and the dead
         users of its values (the decision's ``erased``). False decides every
         clone by replacement alone.
+    refinements : iterable of str, optional
+        The refinements of C1-C5 to use (:data:`REFINEMENTS`: "layout",
+        "liveness", "exact", "kills"); all by default. Leaving some out is
+        sound and removes less: for measuring what each one brings and for
+        narrowing down a decision.
 
     Returns
     -------
@@ -995,7 +1039,7 @@ def plan_clone_elimination(
     Raises
     ------
     aliasing.AliasingError
-        If ``skip`` names an unknown condition.
+        If ``skip`` names an unknown condition, or ``refinements`` an unknown refinement.
 
     Examples
     --------
@@ -1036,8 +1080,15 @@ def plan_clone_elimination(
         raise AliasingError(f"unknown conditions to skip: {sorted(unknown)}")
     if candidates is None:
         candidates = [n for n in analysis.nodes if is_clone_candidate(n)]
-    liveness = Liveness(analysis)
-    state = _State(analysis, erase_dead=erase_dead, dead=liveness.readers(), liveness=liveness)
+    refine = check_refinements(refinements)
+    liveness = Liveness(analysis) if "liveness" in refine else None
+    state = _State(
+        analysis,
+        erase_dead=erase_dead,
+        refine=refine,
+        dead=liveness.readers() if liveness is not None else set(),
+        liveness=liveness,
+    )
     if erase_dead:
         state.to_output = _reaching_output(analysis)
     order = sorted(

@@ -298,3 +298,22 @@ def test_real_model_graphs_are_analysed() -> None:
 
     row = models.time_analyze(models.capture_export("resnet"), 1)
     assert row["nodes"] > 100 and row["us_per_node"] > 0
+
+
+# --------------------------------------------------------------------------- precision
+
+
+def test_precision_benchmark_rows_are_cumulative_and_sound(tmp_path: Path) -> None:
+    """A tiny run of benchmarks.precision: each refinement removes at least as much as the row
+    before it, nothing is unsound, and the JSON says so."""
+    from benchmarks import precision
+
+    out = tmp_path / "precision.json"
+    assert precision.main(["--programs", "40", "--seed", "11", "--max-ops", "6", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    rows = data["rows"]
+    assert [r["pass"] for r in rows] == [label for label, _, _ in precision.ROWS]
+    assert all(r["programs"] == 40 and r["unsound_programs"] == 0 for r in rows)
+    removed = [r["removed"] for r in rows]
+    assert removed == sorted(removed), removed
+    assert rows[-1]["covered"] <= rows[-1]["greedy_removable"]

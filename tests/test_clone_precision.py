@@ -135,6 +135,57 @@ def test_chained_layout_clones_judge_the_removed_copy_too() -> None:
     assert decisions == {"clone": ("keep", Reason.LAYOUT), "clone_1": ("remove", Reason.REMOVABLE)}
 
 
+def test_layout_change_followed_through_an_in_place_result() -> None:
+    """The in-place op's result is the clone itself: its consumers are judged with the new layout."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        t = x * 2
+        c = t[:, ::2].contiguous()
+        return c.mul_(3).add_(1) + 1  # ``t[:, ::2] * 3 + 1`` is laid out densely too
+
+    assert decide(f, _randn((4, 16))) == {"clone": UNOBSERVED}
+
+
+def test_layout_change_followed_through_a_used_view() -> None:
+    """``c.t()`` of the strided original is a transposed strided view; ``sin`` of it is laid out as
+    ``sin`` of the transposed copy (strides ordered the same way), so nothing observes the change."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.sin(x.contiguous().t())
+
+    assert decide(f, _strided) == {"clone": UNOBSERVED}
+
+
+def test_view_the_new_layout_allows_is_followed() -> None:
+    """``view(-1)`` of the offset original is allowed (only the offset changes): followed, not observed."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x[1:].clone().view(-1) * 2
+
+    assert decide(f, _randn((3, 4))) == {"clone": UNOBSERVED}
+
+
+def test_view_through_a_used_view_that_the_new_layout_forbids_is_kept() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous().unsqueeze(0).view(-1) * 2  # a view of the transposed original raises
+
+    gm = make_fx(f, tracing_mode="fake")(*_transposed())
+    report = eliminate_clones(copy_program(gm), strict=True)  # type: ignore[arg-type]
+    d = report.decision("clone")
+    assert (d.action, d.reason) == ("keep", Reason.LAYOUT) and d.evidence[-1] == "unsqueeze"
+
+
+def test_rearranging_consumer_of_an_offset_clone_goes() -> None:
+    """``repeat``, ``cat`` and ``flip`` move elements without arithmetic: their values and recorded
+    layouts are those of the offset original too."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        c = x[1:].clone()
+        return torch.cat([c.repeat(2, 1), c.flip(0)])
+
+    assert decide(f, _randn((3, 4))) == {"clone": UNOBSERVED}
+
+
 # --- liveness: dead readers and dead writers -----------------------------------------
 
 
@@ -175,6 +226,37 @@ def test_writes_nothing_live_reads_after_the_merge() -> None:
         return x + 1
 
     assert decide(f, _randn((4, 8)), erase_dead=False) == {"clone": DATAFLOW}
+
+
+def test_dead_indexing_writer_raises_only_on_its_indices() -> None:
+    """A dead ``index_put_`` of the original reads it after the clone was written (C3), but it could
+    only raise on its indices, which the removal does not change: a dead writer."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = torch.sin(x)
+        c = y.clone()
+        c.mul_(2)
+        out = c.neg()
+        y.index_put_((torch.arange(0, 4, 2),), torch.ones(()), accumulate=True)
+        return out
+
+    assert decide(f, _randn((5, 3)), erase_dead=False) == {"clone": DATAFLOW}
+
+
+def test_dead_indexing_writer_whose_indices_the_removal_changes_counts() -> None:
+    """The indices are the original's values: after the removal they would be ``j[2:] + 1``, and
+    index 2 of a two-element tensor raises."""
+
+    def f(i: torch.Tensor) -> torch.Tensor:
+        j = i * 1
+        k = j.clone()
+        k.add_(1)
+        out = k * 2
+        j[0:2].index_put_((j[2:4],), torch.zeros((), dtype=torch.long))
+        return out
+
+    inputs = lambda: [torch.tensor([0, 0, 0, 1])]  # noqa: E731
+    assert decide(f, inputs, erase_dead=False)["clone"][0] == "keep"
 
 
 # --- element-exact same-node effects -------------------------------------------------
@@ -542,3 +624,67 @@ def test_same_memory_with_other_strides_of_size_one_dimensions_is_a_partial_over
         return (x0,)
 
     assert decide(f, _randn((1,))) == {"clone": ("keep", Reason.SAME_NODE_WRITES_ORIGINAL_READS_CLONE)}
+
+
+# --- each refinement is what removes its cases ----------------------------------------
+
+
+def _unused_contiguous(x: torch.Tensor) -> torch.Tensor:
+    x.contiguous()
+    return x * 2
+
+
+def _dead_read(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    c = y.clone()
+    y.add_(1)
+    c.sum()
+    return y
+
+
+def _element_exact(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    c = y.clone()
+    c.mul_(y)
+    return c
+
+
+def _overwritten(x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    c = x.clone()
+    c.add_(1)
+    r = c * 2
+    x.copy_(z)
+    return r
+
+
+@pytest.mark.parametrize(
+    ("fn", "inputs", "refinement", "kept_for"),
+    [
+        (_unused_contiguous, _transposed, "layout", Reason.LAYOUT),
+        (_dead_read, _randn((4, 8)), "liveness", Reason.ORIGINAL_WRITTEN),
+        (_element_exact, _randn((4, 8)), "exact", Reason.SAME_NODE_WRITES_CLONE_READS_ORIGINAL),
+        (_overwritten, _randn((4, 8), (4, 8)), "kills", Reason.CLONE_WRITTEN_ORIGINAL_READ),
+    ],
+    ids=["layout", "liveness", "exact", "kills"],
+)
+def test_leaving_a_refinement_out_keeps_its_case(fn: Fn, inputs: Inputs, refinement: str, kept_for: Reason) -> None:
+    from rewrite.planner import REFINEMENTS
+
+    gm = make_fx(fn, tracing_mode="fake")(*inputs())
+    assert eliminate_clones(copy_program(gm), strict=True).removed == ("clone",)  # type: ignore[arg-type]
+    others = REFINEMENTS - {refinement}
+    report = eliminate_clones(copy_program(gm), strict=True, erase_dead=False, refinements=others)  # type: ignore[arg-type]
+    d = report.decision("clone")
+    assert (d.action, d.reason) == ("keep", kept_for), report
+
+
+def test_unknown_refinement_raises_before_anything_changes() -> None:
+    from aliasing import AliasingError
+
+    gm = make_fx(lambda x: x.clone() * 2, tracing_mode="fake")(torch.randn(3))
+    before = gm.code
+    with pytest.raises(AliasingError, match="unknown refinements"):
+        eliminate_clones(gm, refinements={"liveness", "lifetimes"})
+    with pytest.raises(AliasingError, match="not the string"):
+        eliminate_clones(gm, refinements="layout")
+    assert gm.code == before

@@ -253,6 +253,8 @@ PRECISION_PATTERNS: dict[str, str] = {
     "copy_ between clone and original": r"{c}\.copy_\({o}\)|{o}\.copy_\({c}\)",
     "full overwrite of one side": r"({c}|{o})\.(zero_\(\)|fill_\(|copy_\()",
     "dead read of the clone": r"= {c}\.(sum|amax)\(\)",
+    "dead indexing write of the original": r"{c}\.mul_\(2\.0\)\n.*= {c}\.neg\(\)\n\s*{o}\.index_put_\(",
+    "layout clone read through a view or in-place result": r"= ({c}\.unsqueeze\(0\)|{c}\.view\(-1\)) \* 2\.0|= {c}\.mul_\(2\.0\)",
 }
 
 
@@ -275,7 +277,7 @@ def _clone_pairs(source: str) -> list[tuple[str, str, str, str]]:
 def test_programs_draw_the_precision_patterns() -> None:
     """The generator is biased toward what issue 13 found a precise pass must see through
     (on seeded random draws: the derandomized ``sample`` favours a few of the patterns)."""
-    sample = sample_programs(300, seed=13)
+    sample = sample_programs(600, seed=13)
     found = dict.fromkeys(PRECISION_PATTERNS, 0)
     unused_layout = elementwise_layout = 0
     for program in sample:

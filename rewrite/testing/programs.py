@@ -691,18 +691,22 @@ class _Builder:
         """A clone, then one of the patterns a precise pass must see through (issue 13).
 
         - an unused layout-changing clone (``v.contiguous()`` of a non-contiguous value);
-        - a layout-changing clone read by an elementwise op or copied;
+        - a layout-changing clone read by an elementwise op, copied, rearranged
+          (``cat``, ``flip``), or read through a view or an in-place result
+          (``c.unsqueeze(0) * 2.0``, ``c.view(-1)``, ``c.mul_(2.0)`` then a read);
         - a dead read of the clone after a write of its original (``c.sum()`` unused);
         - a clone only written, never read;
         - a same-element in-place op between the clone and its original
           (``c.mul_(o)``, ``torch.mul(o, 2.0, out=c)``, ``o.add_(c)``);
         - a ``copy_`` between the clone and its original (``c.copy_(o)``, ``o.copy_(c)``);
         - a write of one side, then a full overwrite (``zero_``, ``fill_``, ``copy_``
-          of the whole region) of the other.
+          of the whole region) of the other;
+        - the clone written and read, then a dead ``index_put_`` of the original
+          (an indexing op that can raise only on its indices).
 
         Most end with a read of one side.
         """
-        which = self._int(0, 6)
+        which = self._int(0, 7)
         if which <= 1:
             strided = [v for v in self.values if not v.tensor.is_contiguous() and v.tensor.numel() > 1]
             if not strided:
@@ -714,10 +718,13 @@ class _Builder:
             if which == 0:
                 return
             made = self.values[-1].name
-            consumer = self._choice(
-                ["torch.sin({c})", "{c} * 2.0", "{c} + 1.0", "{c}.neg()", "{c} + {o}", "{c}.clone()", "copy"]
-            )
-            if consumer == "copy":
+            direct = ["torch.sin({c})", "{c} * 2.0", "{c} + 1.0", "{c}.neg()", "{c} + {o}", "{c}.clone()", "copy"]
+            through = ["torch.cat([{c}, {c}])", "{c}.flip(0)", "{c}.unsqueeze(0) * 2.0", "{c}.view(-1) * 2.0", "in-place"]
+            consumer = self._choice(direct if self._int(0, 1) == 0 else through)
+            if consumer == "in-place":  # the in-place result is the clone itself, read afterwards
+                self._emit(f"{made}.mul_(2.0)", "inplace", bind=True)
+                self._emit(f"{self.values[-1].name} + 1.0", "fresh")
+            elif consumer == "copy":
                 dst = [v for v in self.values if v.writable and v.shape == src.shape and v.name != made]
                 if not dst:
                     raise _Rejected("no destination")
@@ -753,6 +760,15 @@ class _Builder:
                 first = self._choice(["{c}.mul_(2.0)"] + (["{o}.add_(1.0)"] if o_writable else []))
                 self._emit(first.format(c=c.name, o=o.name), "inplace", bind=False)
             self._emit(self._choice(forms).format(c=c.name, o=o.name), "inplace", bind=self._bind_inplace())
+        elif which == 7:  # the clone written and read, then a dead indexing write of the original
+            if not o_writable or o.tensor.dim() == 0:
+                raise _Rejected("original not writable, or a scalar")
+            self._emit(f"{c.name}.mul_(2.0)", "inplace", bind=False)
+            self._emit(f"{c.name}.neg()", "fresh")
+            n0 = o.tensor.shape[0]
+            index = f"(torch.arange(0, {n0}, 2),), torch.full((), 1.5), accumulate=True"
+            self._emit(f"{o.name}.index_put_({index})", "inplace", bind=False)
+            read_after = False
         else:  # a write of one side, then a full overwrite of the other
             if not o_writable:
                 raise _Rejected("original not writable")
@@ -955,7 +971,7 @@ class _Builder:
                 raise _Rejected("no source")
             expr = f"{d}.copy_({src.name})"
         elif op == 3:
-            expr = f"{d}.zero_()"
+            expr = f"{d}.zero_()" if self._int(0, 1) == 0 else f"{d}.fill_(0.75)"
         elif op == 4:  # index_put_ along dim 0
             if dst.tensor.dim() == 0:
                 raise _Rejected("rank")
