@@ -452,55 +452,35 @@ def layout_observer(
         ``flip``, ``gather``) whose layout, recomputed on meta tensors, is
         the one its metadata records;
     (b) it writes ``value`` elementwise in full (pointwise in place, ``copy_``,
-        fills, ``out=``), ``new_facts`` has no internal overlap, and its
-        result (the value itself) is unused or observed by none of its own
-        consumers (these rules, applied to the result);
+        fills, ``out=``), ``new_facts`` has no internal overlap, and nothing
+        uses its result;
     (c) it reads ``value`` as an input of an elementwise op that writes
         another value (``copy_``'s source, an operand of an in-place op);
     (d) it reads sizes only (``sym_size``, ``numel``);
     (e) it is a view whose elements do not depend on strides (slices,
         transposes, splits...), or a ``view`` that the new layout still
-        allows (run on meta tensors), and nothing uses it, or its result,
-        taking the layout the view makes of the new one, is observed by
-        none of its own consumers (these rules, applied to the view);
+        allows (run on meta tensors), and nothing uses it;
     (f) it is a dead op that cannot raise on a layout (pointwise ops,
         reductions, copies) and nothing uses it;
     (g) it is a ``wrap`` that does not write the value and whose subgraph
         does not observe the layout of the placeholder it binds (these rules,
         inside the subgraph).
 
-    Anything else observes: the output node (an output's recorded layout), stride reads,
-    ``reshape``/``as_strided``, a ``view`` the new layout does not allow,
-    reductions whose result is used (their summation order follows strides),
-    custom and unknown ops. Past :data:`_VISITS` consumers, followed through
-    views and in-place results, the search stops and the last one observes
-    (a bound on the work per clone).
+    Anything else observes: the output node (an output's recorded layout),
+    stride reads, ``reshape``/``as_strided``, a ``view`` the new layout does
+    not allow, reductions whose result is used (their summation order follows
+    strides), custom and unknown ops. So does a used in-place result or view
+    of ``value``: it would carry the new layout while its metadata records
+    the old one, and the pass never rewrites metadata that later passes
+    (Inductor's among them) read.
     """
-    return _observer(analysis, value, new_facts, users, frozenset(dead), resolve, [_VISITS])
-
-
-#: How many consumers one :func:`layout_observer` query may look at.
-_VISITS = 64
-
-
-def _observer(
-    analysis: AliasAnalysis,
-    value: torch.fx.Node,
-    new_facts: TensorFacts,
-    users: Callable[[torch.fx.Node], Sequence[torch.fx.Node]],
-    dead: frozenset[torch.fx.Node],
-    resolve: Callable[[torch.fx.Node], torch.fx.Node],
-    budget: list[int],
-) -> torch.fx.Node | None:
+    dead_set = frozenset(dead)
     if _layout(new_facts) is None:
         return value
     for user in users(value):
-        budget[0] -= 1
-        if budget[0] < 0:
-            return user
         # The arguments of ``user`` that stand for ``value`` (itself, or removed copies of it).
         names = frozenset(a for a in _arg_nodes(user) if resolve(a) is value)
-        if not _unobserved(analysis, user, value, names, new_facts, users, dead, resolve, budget):
+        if not _unobserved(analysis, user, names, new_facts, users, dead_set, resolve):
             return user
     return None
 
@@ -508,13 +488,11 @@ def _observer(
 def _unobserved(
     analysis: AliasAnalysis,
     user: torch.fx.Node,
-    value: torch.fx.Node,
     names: frozenset[torch.fx.Node],
     new_facts: TensorFacts,
     users: Callable[[torch.fx.Node], Sequence[torch.fx.Node]],
     dead: frozenset[torch.fx.Node],
     resolve: Callable[[torch.fx.Node], torch.fx.Node],
-    budget: list[int],
 ) -> bool:
     if user.op == "output" or analysis.is_unknown(user):
         return False
@@ -535,11 +513,7 @@ def _unobserved(
     if names & set(_destinations(user, op)):  # (b)
         if not non_overlapping(new_facts):
             return False
-        if not used:
-            return True
-        # The result is the value itself: its consumers see the new layout too.
-        recorded, old = _layout(analysis.facts_of(user)), _layout(analysis.facts_of(value))
-        return recorded is not None and recorded == old and _follow(analysis, user, new_facts, users, dead, resolve, budget)
+        return not used  # a used result would carry the new layout under metadata that records the old
     if names & set(writes):
         return False  # written, but not elementwise in full
     if is_elementwise(user) and writes:  # (c) an input of an op writing something else
@@ -556,27 +530,10 @@ def _unobserved(
         view = _simulated(analysis, user, dict.fromkeys(names, new_facts), resolve)
         if view is None:
             return False  # the new layout does not allow the view (or it cannot be run)
-        if not used:
-            return True
-        facts = TensorFacts(view, storage_key=-1, strided=True)
-        return _follow(analysis, user, facts, users, dead, resolve, budget)
+        return not used  # a used view would carry another layout than its metadata records
     if user in dead and not used:  # (f)
         return _POINTWISE in op.tags or name in _COPIES or name in _REDUCTIONS
     return False
-
-
-def _follow(
-    analysis: AliasAnalysis,
-    value: torch.fx.Node,
-    new_facts: TensorFacts,
-    users: Callable[[torch.fx.Node], Sequence[torch.fx.Node]],
-    dead: frozenset[torch.fx.Node],
-    resolve: Callable[[torch.fx.Node], torch.fx.Node],
-    budget: list[int],
-) -> bool:
-    """True when no consumer of ``value`` (a view or in-place result of the changed value, taking
-    ``new_facts``) observes its layout."""
-    return _observer(analysis, value, new_facts, users, dead, resolve, budget) is None
 
 
 def _unobserved_in_body(

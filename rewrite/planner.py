@@ -43,10 +43,11 @@ C1 layout: ``c`` and ``o`` agree on dtype, device, sizes, strides, storage
    differ, ``c`` may still go if no consumer observes its layout
    (:func:`rewrite.dataflow.layout_observer`: elementwise and copying
    consumers whose recomputed layout is the one their metadata records,
-   full elementwise writes, size reads, dead leaves, and views and in-place
-   results whose own consumers observe nothing). An output, a stride read, a
+   full elementwise writes whose results nothing uses, size reads, unused
+   views the new layout allows and dead leaves). An output, a stride read, a
    ``reshape``, a ``view`` the new layout forbids, a reduction whose result is
-   used (summation order follows strides) observe it. Regions in
+   used (summation order follows strides), a used view or in-place result (its
+   metadata would record the old layout) observe it. Regions in
    ``c``'s storage then no longer describe ``o``'s: ``c``'s own accesses are
    taken as ``o``'s region, every other value of ``c``'s storage as
    "anywhere" (C7), and the fold C8 does not apply.

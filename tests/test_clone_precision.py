@@ -135,44 +135,88 @@ def test_chained_layout_clones_judge_the_removed_copy_too() -> None:
     assert decisions == {"clone": ("keep", Reason.LAYOUT), "clone_1": ("remove", Reason.REMOVABLE)}
 
 
-def test_layout_change_followed_through_an_in_place_result() -> None:
-    """The in-place op's result is the clone itself: its consumers are judged with the new layout."""
+@pytest.mark.parametrize(
+    ("consume", "observer"),
+    [
+        (lambda c: c.mul_(3).add_(1) + 1, "mul_"),  # the in-place result is used
+        (lambda c: torch.sin(c.t()), "t"),  # the view is used
+    ],
+    ids=["in-place-result", "view"],
+)
+def test_used_alias_of_a_layout_changing_clone_is_kept(
+    consume: Callable[[torch.Tensor], torch.Tensor], observer: str
+) -> None:
+    """Either would carry the original's layout while its metadata records the clone's; the pass
+    does not rewrite metadata that later passes read, so it keeps the clone (found by the soak: a
+    second run judged such a view by its stale metadata)."""
 
     def f(x: torch.Tensor) -> torch.Tensor:
         t = x * 2
-        c = t[:, ::2].contiguous()
-        return c.mul_(3).add_(1) + 1  # ``t[:, ::2] * 3 + 1`` is laid out densely too
+        return consume(t[:, ::2].contiguous())
 
-    assert decide(f, _randn((4, 16))) == {"clone": UNOBSERVED}
-
-
-def test_layout_change_followed_through_a_used_view() -> None:
-    """``c.t()`` of the strided original is a transposed strided view; ``sin`` of it is laid out as
-    ``sin`` of the transposed copy (strides ordered the same way), so nothing observes the change."""
-
-    def f(x: torch.Tensor) -> torch.Tensor:
-        return torch.sin(x.contiguous().t())
-
-    assert decide(f, _strided) == {"clone": UNOBSERVED}
+    gm = make_fx(f, tracing_mode="fake")(*_randn((4, 16))())
+    report = eliminate_clones(copy_program(gm), strict=True)  # type: ignore[arg-type]
+    d = report.decision("clone")
+    assert (d.action, d.reason) == ("keep", Reason.LAYOUT) and d.evidence[-1] == observer, d
 
 
-def test_view_the_new_layout_allows_is_followed() -> None:
-    """``view(-1)`` of the offset original is allowed (only the offset changes): followed, not observed."""
+def test_dead_view_the_new_layout_allows_goes() -> None:
+    """An unused ``view(-1)`` of the offset original is allowed (only the offset changes)."""
 
     def f(x: torch.Tensor) -> torch.Tensor:
-        return x[1:].clone().view(-1) * 2
+        x[1:].clone().view(-1)
+        return x * 2
 
     assert decide(f, _randn((3, 4))) == {"clone": UNOBSERVED}
 
 
-def test_view_through_a_used_view_that_the_new_layout_forbids_is_kept() -> None:
+def test_dead_view_the_new_layout_forbids_is_kept() -> None:
+    """A dead ``view`` of the clone applied to the original's strides would raise (clause 4); only
+    C10, erasing both, removes the clone."""
+
     def f(x: torch.Tensor) -> torch.Tensor:
-        return x.contiguous().unsqueeze(0).view(-1) * 2  # a view of the transposed original raises
+        x.contiguous().view(-1)
+        return x * 2
 
     gm = make_fx(f, tracing_mode="fake")(*_transposed())
-    report = eliminate_clones(copy_program(gm), strict=True)  # type: ignore[arg-type]
+    assert decide(f, _transposed) == {"clone": ERASED}
+    report = eliminate_clones(copy_program(gm), strict=True, erase_dead=False)  # type: ignore[arg-type]
     d = report.decision("clone")
-    assert (d.action, d.reason) == ("keep", Reason.LAYOUT) and d.evidence[-1] == "unsqueeze"
+    assert (d.action, d.reason) == ("keep", Reason.LAYOUT) and d.evidence[-1] == "view", d
+
+
+def test_clones_of_an_in_place_result_of_an_offset_clone_are_decided_once() -> None:
+    """Found by the soak: ``clone`` (an offset change) goes; ``v0.zero_()``'s result is then the
+    donated input itself, and a second run must not find more to remove."""
+
+    def f(x2: torch.Tensor) -> tuple[torch.Tensor]:
+        v0 = x2.clone()
+        x2.add_(1.0)
+        v0.zero_()
+        v1 = v0.clone()
+        v4 = v0.clone()
+        v5 = v4[:, 0]
+        v1.clone()
+        return (v5.clone(),)
+
+    inputs = lambda: [torch.randn(3, 2, generator=torch.Generator().manual_seed(0))[1:]]  # noqa: E731
+    decide(f, inputs, donated=(0,))  # checks equivalence and that a second run removes nothing
+
+
+def test_view_of_a_clone_of_an_offset_value_is_decided_once() -> None:
+    """Found by the soak: with used views followed, ``v2 = v1.clone()`` went in a second run only."""
+
+    def f(x1: torch.Tensor) -> tuple[torch.Tensor]:
+        v0 = x1.view((1, 2))
+        v1 = v0.clone()
+        v0.add_(1.0)
+        v1.copy_(v0)
+        v2 = v1.clone()
+        v3 = v2.view(-1)
+        v3.clone()
+        return (v2 + 1.0,)
+
+    decide(f, lambda: [torch.randn(2, 1, 2, generator=torch.Generator().manual_seed(0))[1:]])
 
 
 def test_rearranging_consumer_of_an_offset_clone_goes() -> None:
