@@ -380,14 +380,18 @@ def _meta(layout: Layout, device: torch.device) -> torch.Tensor:
     return torch.empty(offset + span, dtype=dtype, device="meta").as_strided(sizes, strides, offset)
 
 
-def _simulated(
+def simulate(
     analysis: AliasAnalysis,
     node: torch.fx.Node,
     substitute: dict[torch.fx.Node, TensorFacts],
-    resolve: Callable[[torch.fx.Node], torch.fx.Node],
-) -> torch.Tensor | None:
-    """``node``'s op run on meta tensors with the arguments' facts (``substitute`` first); None when
-    any is symbolic, unknown or not strided, the result is no tensor, or the op fails there."""
+    resolve: Callable[[torch.fx.Node], torch.fx.Node] = lambda n: n,
+) -> Layout | None:
+    """The layout ``node``'s result would have if the arguments in ``substitute`` had those facts.
+
+    The op runs on meta tensors built from the facts of its arguments (those
+    of ``resolve(arg)``: what stands for the argument after earlier removals),
+    None when any is symbolic, unknown or not strided, or the op fails there.
+    """
     op = op_of(node)
     if op is None:
         return None
@@ -410,23 +414,7 @@ def _simulated(
             result = op(*args, **kwargs)
     except Exception:  # an op without a meta kernel, or arguments it rejects: unknown
         return None
-    return result if isinstance(result, torch.Tensor) else None
-
-
-def simulate(
-    analysis: AliasAnalysis,
-    node: torch.fx.Node,
-    substitute: dict[torch.fx.Node, TensorFacts],
-    resolve: Callable[[torch.fx.Node], torch.fx.Node] = lambda n: n,
-) -> Layout | None:
-    """The layout ``node``'s result would have if the arguments in ``substitute`` had those facts.
-
-    The op runs on meta tensors built from the facts of its arguments (those
-    of ``resolve(arg)``: what stands for the argument after earlier removals),
-    None when any is symbolic, unknown or not strided, or the op fails there.
-    """
-    result = _simulated(analysis, node, substitute, resolve)
-    if result is None:
+    if not isinstance(result, torch.Tensor):
         return None
     return _normal(tuple(result.shape), tuple(result.stride()), int(result.storage_offset()), result.dtype)
 
@@ -511,9 +499,7 @@ def _unobserved(
     if name in _SIZE_ONLY:  # (d)
         return True
     if names & set(_destinations(user, op)):  # (b)
-        if not non_overlapping(new_facts):
-            return False
-        return not used  # a used result would carry the new layout under metadata that records the old
+        return not used and non_overlapping(new_facts)  # a used result's metadata records the old layout
     if names & set(writes):
         return False  # written, but not elementwise in full
     if is_elementwise(user) and writes:  # (c) an input of an op writing something else
@@ -527,10 +513,9 @@ def _unobserved(
             return name in _LAYOUT_FREE_VIEWS and all(
                 u.op == "call_function" and u.target is operator.getitem and not users(u) for u in users(user)
             )
-        view = _simulated(analysis, user, dict.fromkeys(names, new_facts), resolve)
-        if view is None:
+        if name == "aten::view" and simulate(analysis, user, dict.fromkeys(names, new_facts), resolve) is None:
             return False  # the new layout does not allow the view (or it cannot be run)
-        return not used  # a used view would carry another layout than its metadata records
+        return not used  # a used view's metadata records the old layout
     if user in dead and not used:  # (f)
         return _POINTWISE in op.tags or name in _COPIES or name in _REDUCTIONS
     return False
