@@ -4,7 +4,7 @@ Pure functions of an :class:`~aliasing.AliasAnalysis` and of the graph it
 describes; nothing here changes a graph or its metadata. The planner
 (:mod:`rewrite.planner`) cites them in conditions C1-C5 and C10:
 
-- *liveness* (:func:`dead_readers`): a node whose result reaches nothing
+- *liveness* (:class:`Liveness`): a node whose result reaches nothing
   (no write, no use by a node that is not dead itself) reads nothing that
   matters, unless a value it reads can make it (or a dead node after it)
   raise: indexing with tensor indices, ``item``, asserts, integer division,
@@ -42,7 +42,6 @@ from aliasing.resolve import resolve_overload
 
 __all__ = [
     "Liveness",
-    "dead_readers",
     "is_elementwise",
     "layout_observer",
     "may_raise_on_values",
@@ -219,6 +218,18 @@ class Liveness:
     dead node its result flows into, may raise depending on values
     (:func:`may_raise_on_values`); the others are *dead readers*: what they
     read does not matter.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> from aliasing import analyze
+    >>> def f(x):
+    ...     unused = x.sum()
+    ...     return x + 1
+    >>> gm = make_fx(f, tracing_mode="fake")(torch.randn(3))
+    >>> sorted(n.name for n in Liveness(analyze(gm)).readers())
+    ['sum_1']
     """
 
     def __init__(self, analysis: AliasAnalysis) -> None:
@@ -255,26 +266,6 @@ class Liveness:
                 found.append(node)
                 frontier.extend(node.all_input_nodes)
         return found
-
-
-def dead_readers(analysis: AliasAnalysis) -> frozenset[torch.fx.Node]:
-    """Nodes whose reads cannot affect the program: dead, and unable to raise on what they read.
-
-    See :class:`Liveness`.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from torch.fx.experimental.proxy_tensor import make_fx
-    >>> from aliasing import analyze
-    >>> def f(x):
-    ...     unused = x.sum()
-    ...     return x + 1
-    >>> gm = make_fx(f, tracing_mode="fake")(torch.randn(3))
-    >>> sorted(n.name for n in dead_readers(analyze(gm)))
-    ['sum_1']
-    """
-    return frozenset(Liveness(analysis).readers())
 
 
 def is_elementwise(node: torch.fx.Node) -> bool:
