@@ -20,12 +20,12 @@ the analysis, then what is built from an analysis. Each module imports only
 modules of the layers above its own (``tests/test_layering.py`` reads the
 imports and checks it); nothing here imports :mod:`rewrite`.
 
-1. errors, roles, regions, hidden_effects, resolve: errors, boundary roles, byte regions, tables
-2. facts, target: what node metadata says; what the caller passed, validated
+1. errors, roles, regions, hidden_effects, resolve, layout_divergences: errors, boundary roles, byte regions, tables
+2. facts, target, registry: what node metadata says; what the caller passed, validated; how each ATen overload's effects are known
 3. effects: the rule table, one effect per op, with a conservative default
 4. subgraphs: control-flow rules, given the analysis entry point (they do not import it)
 5. analysis: ``analyze`` and the immutable ``AliasAnalysis``; ``DEFAULT_EFFECTS``
-6. storage_graph, oracle: the networkx graph of an analysis and its DOT picture; real-execution checks of one
+6. storage_graph, oracle, layout_audit: the networkx graph of an analysis and its DOT picture; real-execution checks of one; meta and fake layouts against eager
 7. audit, timeline: the effects audit over PyTorch's operator database; the storage timeline picture
 
 Example

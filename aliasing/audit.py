@@ -40,7 +40,8 @@ graph inputs (``op_db`` already covers ``F.batch_norm`` and
 
 Run it with ``python -m aliasing.audit`` (``--help`` for the options); it
 needs ``expecttest`` (``torch.testing._internal`` imports it) and numpy (the
-oracle), both in the ``test`` extra.
+oracle), both in the ``test`` extra. ``python -m aliasing.audit --layouts``
+runs the layout audit instead (:mod:`aliasing.layout_audit`).
 """
 
 from __future__ import annotations
@@ -1145,6 +1146,24 @@ def audit(
     return AuditReport(tuple(results), dtypes, not_run, settings, time.monotonic() - start)
 
 
+def _registry_main(*, write: bool) -> int:
+    """``--registry``: the operator-registry coverage check (:mod:`aliasing.registry`)."""
+    from aliasing import registry
+
+    rows = registry.classify_installed()
+    if write:
+        unclassified = [r for r in rows if r.kind == "unclassified"]
+        if unclassified:
+            print(registry.compare_with_committed(rows).summary())
+            return 1
+        registry.write_classification(rows, registry.committed_path())
+        print(f"wrote {registry.committed_path()} ({len(rows)} overloads)")
+        return 0
+    diff = registry.compare_with_committed(rows)
+    print(diff.summary())
+    return 0 if diff.ok else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m aliasing.audit``: run the audit, print the summary, write the reports.
 
@@ -1169,7 +1188,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the full report as JSON")
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the summary as Markdown")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument(
+        "--registry",
+        action="store_true",
+        help="classify every ATen overload of the installed torch and compare with the committed classification",
+    )
+    parser.add_argument("--write", action="store_true", help="with --registry: write the classification file")
+    parser.add_argument(
+        "--layouts",
+        action="store_true",
+        help="run the layout audit instead (aliasing.layout_audit: meta and fake result layouts against eager; "
+        "its options: --layouts --help)",
+    )
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--layouts" in argv:
+        from aliasing.layout_audit import main as layout_main
+
+        return layout_main([a for a in argv if a != "--layouts"])
     args = parser.parse_args(argv)
+    if args.registry:
+        return _registry_main(write=args.write)
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

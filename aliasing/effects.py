@@ -52,6 +52,7 @@ import torch.fx
 
 from aliasing.facts import FactsCache, TensorFacts, is_tensor_meta, known_equal
 from aliasing.hidden_effects import HIDDEN_EFFECTS
+from aliasing.registry import classify
 from aliasing.resolve import INPLACE_OPERATORS, PURE_OPERATORS, SCALAR_FUNCTIONS, resolve_overload
 
 __all__ = [
@@ -198,6 +199,7 @@ class _SchemaEffect:
     may_write: bool  # some argument may be written (declared or hidden)
     mutates_metadata: bool  # changes its first argument's storage or layout (set_, resize_, t_...)
     out_params: tuple[int, ...]  # keyword-only written arguments (``out=``): they may be resized
+    unclassified: bool  # an ATen overload that aliasing.registry cannot classify: every call is unknown
 
 
 #: Templates by ``id(op)`` (the op is kept alive in the value, so its id is not reused).
@@ -219,6 +221,7 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
     from torch.utils._python_dispatch import get_alias_info
 
     info = get_alias_info(op)
+    registry = classify(op)
     schema = op._schema
     returns = schema.returns
     list_return = len(returns) == 1 and str(returns[0].type).startswith("List[")
@@ -250,8 +253,9 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
         hidden_condition=names.index(condition) if condition in names else None,
         hidden_view_of=names.index(view_of) if view_of in names else None,
         may_write=any(arg_writes) or any(hidden_writes),
-        mutates_metadata=torch.Tag.inplace_view in op.tags or schema.name in _METADATA_MUTATING,
+        mutates_metadata=registry.kind == "metadata-mutating",
         out_params=tuple(i for i in range(len(names)) if arg_writes[i] and kwarg_only[i]),
+        unclassified=registry.kind == "unclassified" and schema.name.startswith("aten::"),
     )
 
 
@@ -283,9 +287,6 @@ def _storage_keys(nodes: Sources, facts: FactsCache) -> dict[int, torch.fx.Node]
 
 _METADATA_ONLY_EFFECT = Effect(note="metadata only")
 _MISSING = object()
-
-_METADATA_MUTATING = frozenset({"aten::set_", "aten::resize_", "aten::resize_as_", "aten::_unsafe_set", "aten::swap_"})
-
 
 def mutates_metadata(target: object) -> bool:
     """True for ops that change their first argument's storage, sizes or strides in place
@@ -369,6 +370,8 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
     se = _schema_effect(op)
     if se.metadata_only:
         return _METADATA_ONLY_EFFECT
+    if se.unclassified:
+        return unknown_effect(node, f"{op} is not classified by aliasing.registry (a new ATen op?)")
     args, kwargs = node.args, node.kwargs
     nargs = len(args)
     index = se.index

@@ -202,7 +202,8 @@ def _hint(x: object) -> int | None:
         node = x.node
         try:
             if node.has_hint():
-                return int(node.hint)
+                hint = node.hint
+                return int(hint) if isinstance(hint, int) else None
         except Exception:  # a hint is a convenience for drawing, never a failure
             return None
     return None

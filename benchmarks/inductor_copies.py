@@ -353,6 +353,30 @@ class CopyCount:
         self.buffers += other.buffers
 
 
+_INPUT_GROUPED = re.compile(r"^\s*(assert_size_stride_grouped\(.*\))\s*$", re.M)
+
+
+def _grouped_inputs(code: str) -> dict[str, tuple[list[int] | None, list[int] | None]]:
+    """Inputs checked by torch 2.14's ``assert_size_stride_grouped((a, b), (sizes...), (strides...), ...)``."""
+    import ast
+
+    found: dict[str, tuple[list[int] | None, list[int] | None]] = {}
+    for m in _INPUT_GROUPED.finditer(code):
+        try:
+            call = ast.parse(m.group(1), mode="eval").body
+        except SyntaxError:
+            continue
+        if not isinstance(call, ast.Call) or len(call.args) < 3:
+            continue
+        names, sizes, strides = call.args[:3]
+        if not all(isinstance(t, ast.Tuple) for t in (names, sizes, strides)):
+            continue
+        for name, size, stride in zip(names.elts, sizes.elts, strides.elts):  # type: ignore[attr-defined]
+            if isinstance(name, ast.Name):
+                found[name.id] = (_ints(ast.unparse(size).strip("() ")), _ints(ast.unparse(stride).strip("() ")))
+    return found
+
+
 def count_copies(code: str) -> CopyCount:
     r"""Count clones, copies into existing memory and copy-backs in Inductor's generated (CPU) module.
 
@@ -379,6 +403,7 @@ def count_copies(code: str) -> CopyCount:
     inputs: dict[str, tuple[list[int] | None, list[int] | None]] = {}
     for m in _INPUT.finditer(code):
         inputs[m.group(1)] = (_ints(m.group(2)), _ints(m.group(3)))
+    inputs.update(_grouped_inputs(code))
     count = CopyCount()
     written: set[str] = set()  # buffers already written (a later copy into them is a copy into existing memory)
     seen_inputs: set[str] = set()

@@ -8,26 +8,32 @@ from typing import cast
 import torch.fx
 from torch.fx.node import Argument
 
-from rewrite.decisions import Decision
+from rewrite.decisions import Decision, Reason
 from rewrite.errors import RewriteError
 
 __all__ = ["apply_decisions"]
+
+#: Removals that erase their node (condition C10) rather than replace it: a dead clone's own
+#: decision (with or without nodes erased with it) and the candidates its group takes along.
+_ERASURES = frozenset({Reason.DEAD_CLONE_ERASED, Reason.ERASED_WITH_DEAD_CLONE, Reason.COPY_ERASED_WITH_DEAD_CLONE})
 
 
 def apply_decisions(graph: torch.fx.Graph, decisions: Sequence[Decision]) -> dict[str, str]:
     """Replace every removed clone by its original and erase it, all or nothing.
 
     Decisions must come from :func:`rewrite.planner.plan_clone_elimination` on
-    this graph (in graph order). A removal that names nodes in ``erased`` (a
-    dead clone, condition C10) erases them with the clone instead of
-    replacing it; a removal of a node that such a group erases only erases it.
+    this graph (in graph order). A dead clone's removal (condition C10:
+    reason ``DEAD_CLONE_ERASED``, whether or not it names nodes in
+    ``erased``) erases the clone and the nodes it names instead of replacing
+    it; a removal of a node that such a group erases only erases it.
     Returns ``{removed clone name: replacement name}`` (a C10 clone maps to
     its original's name, which nothing uses in its place). Every decision is
     checked before the graph changes: a decision naming a node that is not
-    there, whose replacement would be used before it is defined, or whose
-    erased group is still used from outside raises :class:`RewriteError` and
-    leaves the graph as it was. A failure while rewriting restores every use
-    it had changed.
+    there, whose replacement would be used before it is defined, or a plan
+    that erases a node still used by a node that stays or is replaced (the
+    plan's invariant; the message names both) raises :class:`RewriteError`
+    and leaves the graph as it was. A failure while rewriting restores every
+    use it had changed.
 
     Example
     -------
@@ -57,17 +63,14 @@ def apply_decisions(graph: torch.fx.Graph, decisions: Sequence[Decision]) -> dic
         clone = by_name.get(d.node)
         if clone is None or not clone.args or not isinstance(clone.args[0], torch.fx.Node):
             raise RewriteError(f"decision names a clone that is not in the graph: {d.node!r}")
-        if d.erased or clone in erased:
+        if d.erased or d.reason in _ERASURES or clone in erased:
             dead_clones.append(clone)
             continue
         if clone.args[0] not in position or position[clone.args[0]] >= position[clone]:
             raise RewriteError(f"the original of {d.node!r} is not defined before it")
         clones.append(clone)
     group = set(erased) | set(dead_clones)
-    for node in group:
-        outside = [u.name for u in node.users if u not in group]
-        if outside:
-            raise RewriteError(f"{node.name} is erased but still used by {', '.join(outside)}")
+    _check_erasures(group, {clone: cast(torch.fx.Node, clone.args[0]) for clone in clones})
     replaced: dict[str, str] = {}
     undo: list[tuple[torch.fx.Node, tuple[Argument, ...], dict[str, Argument]]] = []
     try:
@@ -93,3 +96,15 @@ def apply_decisions(graph: torch.fx.Graph, decisions: Sequence[Decision]) -> dic
     for node in sorted(group, key=position.__getitem__, reverse=True):
         graph.erase_node(node)
     return replaced
+
+
+def _check_erasures(group: set[torch.fx.Node], replaced: dict[torch.fx.Node, torch.fx.Node]) -> None:
+    """The invariant of every plan: no erased node is used by a node that stays or is replaced."""
+    for node in sorted(group, key=lambda n: n.name):
+        outside = [u for u in node.users if u not in group]
+        if outside:
+            users = ", ".join(
+                f"{u.name} (replaced by {replaced[u].name})" if u in replaced else f"{u.name} (which stays)"
+                for u in outside
+            )
+            raise RewriteError(f"inconsistent plan: {node.name} is erased but still used by {users}")

@@ -16,7 +16,10 @@ describes; nothing here changes a graph or its metadata. The planner
   their destination (a proven full overwrite, a *kill*), and whose
   destination's old value they do not read;
 - *layout observability* (:func:`layout_observer`): whether any consumer of a
-  value would notice that its strides or storage offset changed;
+  value would notice that its strides or storage offset changed (layouts are
+  predicted on meta tensors, which are evidence, not proof: ops whose meta or
+  fake kernels the layout audit caught laying results out otherwise than eager,
+  :mod:`aliasing.layout_divergences`, observe);
 - ``wrap`` higher-order ops are judged through their subgraph (:func:`wrap_body`):
   a dead ``wrap`` whose subgraph cannot raise reads nothing that matters, and
   one whose subgraph only reads a value observes its layout only where the
@@ -30,6 +33,7 @@ reads its destination, and observes layouts.
 from __future__ import annotations
 
 import operator
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -37,16 +41,19 @@ import torch
 import torch.fx
 
 from aliasing import AliasAnalysis
-from aliasing.facts import TensorFacts
+from aliasing.facts import TensorFacts, same_layout
+from aliasing.layout_divergences import fake_layout_divergent, layout_divergent
 from aliasing.resolve import resolve_overload
 
 __all__ = [
     "Liveness",
     "is_elementwise",
+    "is_side_effectful",
     "layout_observer",
     "may_raise_on_values",
     "non_overlapping",
     "op_of",
+    "suspect_layout",
     "wrap_body",
     "write_only_args",
     "writes_all_of",
@@ -59,14 +66,22 @@ _OUT = torch.Tag.out
 #: Ops that write every element of their first argument without reading its old value.
 _FILLS = frozenset({"aten::copy_", "aten::zero_", "aten::fill_"})
 
-#: Non-pointwise ops that cannot raise because of the values they read (shapes fixed by the trace).
+#: Non-pointwise ops that cannot raise because of the values they read (shapes fixed by the trace),
+#: fills, and pointwise ops that raise on no value of any dtype (on integers, division, remainders
+#: and powers do: those are not here).
 _VALUE_SAFE = frozenset(
     "aten::" + name
     for name in [
+        "zero_", "fill_", "fill", "zero", "masked_fill", "masked_fill_", "where", "eq", "ne", "lt", "le", "gt",
+        "ge", "logical_not", "logical_and", "logical_or", "logical_xor", "bitwise_not", "bitwise_and",
+        "bitwise_or", "bitwise_xor", "add", "add_", "sub", "sub_", "mul", "mul_", "neg", "neg_", "abs", "abs_",
+        "maximum", "minimum", "clamp", "clamp_", "clamp_min", "clamp_max", "sign", "flip", "roll", "slice_copy",
+        "select_copy", "narrow_copy", "permute_copy", "transpose_copy", "t_copy", "expand_copy", "unsqueeze_copy",
+        "squeeze_copy", "alias_copy", "detach_copy",
         "clone", "_to_copy", "copy_", "contiguous", "sum", "mean", "amax", "amin", "prod", "var", "std",
         "var_mean", "std_mean", "norm", "linalg_vector_norm", "_softmax", "_log_softmax", "softmax",
         "log_softmax", "cumsum", "cumprod", "mm", "bmm", "addmm", "matmul", "baddbmm", "dot", "cat", "stack",
-        "repeat", "constant_pad_nd", "native_batch_norm", "_native_batch_norm_legit",
+        "all", "any", "repeat", "constant_pad_nd", "native_batch_norm", "_native_batch_norm_legit",
         "_native_batch_norm_legit_functional", "native_layer_norm", "instance_norm", "batch_norm",
         "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "size", "stride", "numel", "dim",
         "empty_like", "zeros_like", "ones_like", "full_like", "new_empty", "new_zeros", "new_ones", "new_full",
@@ -183,6 +198,8 @@ def may_raise_on_values(
     """
     if node.op == "call_function" and node.target is operator.getitem:
         return any(isinstance(a, torch.fx.Node) for a in node.args[1:])
+    if is_side_effectful(node):  # an assert checks values; any other effect is answered conservatively
+        return True
     body = wrap_body(analysis, node)
     if body is not None:
         inner = _body_analysis(body)
@@ -201,9 +218,71 @@ def may_raise_on_values(
     return True
 
 
-def _pure(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
-    """A call that writes nothing and is not opaque."""
+#: Runtime checks and other ops with an effect beyond the memory they write, by schema name (also
+#: in torch.fx's own table of side-effectful functions; named here so that no PyTorch version that
+#: leaves one out there lets a check go): asserts, range constraints, their functional forms.
+_CHECKS = frozenset(
+    "aten::" + name
+    for name in [
+        "_assert_async", "_assert_scalar", "_assert_tensor_metadata", "sym_constrain_range",
+        "sym_constrain_range_for_size", "_functional_assert_async", "_functional_assert_scalar",
+        "_functional_sym_constrain_range", "_functional_sym_constrain_range_for_size", "_print",
+    ]
+)
+
+
+def is_side_effectful(node: torch.fx.Node) -> bool:
+    """Whether ``node`` does something beyond computing its result and writing its arguments.
+
+    True for what ``Node.is_impure()`` calls impure for any reason other than
+    a mutable schema (whose writes the planner judges by memory): runtime
+    checks (``aten._assert_async``, ``_assert_scalar``,
+    ``_assert_tensor_metadata``, ``sym_constrain_range(_for_size)``, their
+    functional forms), profiler ranges, ops registered as effectful and
+    ``with_effects``, random ops, and torch.fx's other side-effectful
+    functions (``torch._assert``, grad-mode and autocast switches). Such a
+    node is never dead (torch.fx's dead-code elimination keeps it too), and
+    erasing it would erase what it does.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> gm = make_fx(lambda x: torch._assert_async(x.add_(1).all()), tracing_mode="fake")(torch.ones(2))
+    >>> [(n.name, is_side_effectful(n)) for n in gm.graph.nodes if n.op == "call_function"]
+    [('add_', False), ('all_1', False), ('_assert_async', True)]
+    """
     if node.op not in ("call_function", "call_method"):
+        return node.op == "call_module"
+    target = node.target
+    if node.op == "call_function" and (
+        target is torch.ops.higher_order.with_effects or target in torch.fx.node._side_effectful_functions
+    ):
+        return True
+    op = op_of(node)
+    if op is not None:
+        if _name(op) in _CHECKS or op.namespace == "profiler" or torch.Tag.nondeterministic_seeded in op.tags:
+            return True
+        try:
+            from torch._higher_order_ops.effects import _get_effect
+
+            if _get_effect(op) is not None:
+                return True
+        except Exception:  # no effect registry in this PyTorch: torch.fx's table below still answers
+            pass
+    if node.op != "call_function":
+        return False
+    try:
+        impure = node.is_impure()
+    except Exception:  # an owning module torch.fx cannot inspect: conservative
+        return True
+    # Impure only because the schema is mutable: its writes are memory the planner judges.
+    return impure and not (op is not None and target is op and op._schema.is_mutable)
+
+
+def _pure(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
+    """A call that writes nothing, is not opaque and has no side effect (:func:`is_side_effectful`)."""
+    if node.op not in ("call_function", "call_method") or is_side_effectful(node):
         return False
     effect = analysis.effect_of(node)
     return effect is not None and not effect.unknown and not effect.writes
@@ -212,7 +291,8 @@ def _pure(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
 class Liveness:
     """Dead nodes of a graph, kept up to date as a planner takes nodes out of it.
 
-    A node is dead when it writes nothing, is not opaque, and every user of
+    A node is dead when it writes nothing, is not opaque, has no side effect
+    (:func:`is_side_effectful`: asserts and the like), and every user of
     its result is dead (so nothing it computes reaches an output, memory, or
     an op that may raise). A dead node still counts as a reader when it, or a
     dead node its result flows into, may raise depending on values
@@ -341,6 +421,70 @@ def non_overlapping(facts: TensorFacts) -> bool:
 # --------------------------------------------------------------------------- layouts
 
 
+#: Per analysis: each node computed from the result of an op whose fake kernel lies -> that op's node.
+_LIARS: weakref.WeakKeyDictionary[AliasAnalysis, dict[torch.fx.Node, torch.fx.Node]] = weakref.WeakKeyDictionary()
+
+
+def _recorded_by_liar(analysis: AliasAnalysis, node: torch.fx.Node) -> torch.fx.Node | None:
+    """The node of an op whose fake kernel the layout audit caught lying that ``node`` is computed from
+    (``node`` itself included), or None: downstream of it, recorded layouts may not be the real ones."""
+    liars = _LIARS.get(analysis)
+    if liars is None:
+        liars = {}
+        for n in analysis.nodes:
+            op = op_of(n)
+            if op is not None and fake_layout_divergent(str(op)):
+                liars[n] = n
+                continue
+            source = next((liars[a] for a in _arg_nodes(n) if a in liars), None)
+            if source is not None:
+                liars[n] = source
+        _LIARS[analysis] = liars
+    return liars.get(node)
+
+
+def _names_memory_format(clone: torch.fx.Node) -> bool:
+    """Whether a clone candidate asks for a memory format other than ``preserve_format``."""
+    fmt = clone.kwargs.get("memory_format")
+    return fmt is not None and fmt is not torch.preserve_format
+
+
+def suspect_layout(analysis: AliasAnalysis, clone: torch.fx.Node, original: torch.fx.Node) -> torch.fx.Node | None:
+    """The op whose fake kernel may have recorded another layout for ``original`` than the real one, when
+    that decides whether removing ``clone`` keeps the layout (None: the recorded layouts are evidence enough).
+
+    The trace records layouts by running fake kernels, and the layout audit
+    (:mod:`aliasing.layout_divergences`) saw some lay results out otherwise
+    than their CPU kernels (``roll`` of a channels-last input: contiguous on
+    fake tensors, channels-last for real). Downstream of such an op, equal
+    recorded layouts prove nothing. A ``preserve_format`` clone whose recorded
+    layout equals its original's still copies the real layout (the clone of a
+    dense value has its strides); one that names a memory format, or whose
+    recorded layout differs, may change the real layout in a way the recorded
+    ones do not show: the clone stays (C1).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> from aliasing import analyze
+    >>> def f(x):
+    ...     r = torch.roll(x, 1, 0)
+    ...     return r.clone(memory_format=torch.contiguous_format), r.clone()
+    >>> gm = make_fx(f, tracing_mode="fake")(torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last))
+    >>> a = analyze(gm)
+    >>> [getattr(suspect_layout(a, c, c.args[0]), "name", None) for c in gm.graph.nodes if c.name.startswith("clone")]
+    ['roll', None]
+    """
+    liar = _recorded_by_liar(analysis, original)
+    if liar is None:
+        return None
+    fc, fo = analysis.facts_of(clone), analysis.facts_of(original)
+    if fc is not None and fo is not None and same_layout(fc, fo) and not _names_memory_format(clone):
+        return None
+    return liar
+
+
 #: sizes, strides (0 for dimensions of size one: they address nothing), storage offset, dtype
 Layout = tuple[tuple[int, ...], tuple[int, ...], int, torch.dtype]
 
@@ -429,7 +573,9 @@ def layout_observer(
     (a) it makes a fresh value elementwise or by copying (pointwise ops,
         ``clone``, ``_to_copy``, rearrangements such as ``repeat``, ``cat``,
         ``flip``, ``gather``) whose layout, recomputed on meta tensors, is
-        the one its metadata records;
+        the one its metadata records, and none of whose other arguments is
+        computed from an op whose fake kernel lies about layouts (their
+        recorded layouts, which the recomputation uses, may be wrong);
     (b) it writes ``value`` elementwise in full (pointwise in place, ``copy_``,
         fills, ``out=``), ``new_facts`` has no internal overlap, and nothing
         uses its result;
@@ -448,7 +594,12 @@ def layout_observer(
     Anything else observes: the output node (an output's recorded layout),
     stride reads, ``reshape``/``as_strided``, a ``view`` the new layout does
     not allow, reductions whose result is used (their summation order follows
-    strides), custom and unknown ops. So does a used in-place result or view
+    strides), custom and unknown ops, and every op of an overload packet in
+    :data:`aliasing.layout_divergences.LAYOUT_DIVERGENT_PACKETS` (the layout
+    audit, ``python -m aliasing.audit --layouts``, saw its meta or fake kernel
+    lay a result out otherwise than its CPU kernel: ``roll`` keeps a
+    channels-last input's layout on CPU and returns a contiguous one on meta
+    tensors, so recomputing its layout proves nothing). So does a used in-place result or view
     of ``value``: it would carry the new layout while its metadata records
     the old one, and the pass never rewrites metadata that later passes
     (Inductor's among them) read.
@@ -484,6 +635,8 @@ def _unobserved(
     if op is None or op.namespace != "aten":
         return False
     name = _name(op)
+    if layout_divergent(str(op)):
+        return False  # the layout audit saw its meta or fake kernel lay a result out otherwise than eager
     effect = analysis.effect_of(user)
     writes = effect.writes if effect is not None else ()
     used = bool(users(user))
@@ -497,7 +650,13 @@ def _unobserved(
         return True
     if (_POINTWISE in op.tags or name in _COPIES) and not writes:  # (a)
         recorded = _layout(analysis.facts_of(user))
-        if recorded is not None and simulate(analysis, user, dict.fromkeys(names, new_facts), resolve) == recorded:
+        others = [resolve(a) for a in _arg_nodes(user) if a not in names]
+        suspect = any(_recorded_by_liar(analysis, a) is not None for a in others)  # their layouts may be wrong
+        if (
+            recorded is not None
+            and not suspect
+            and simulate(analysis, user, dict.fromkeys(names, new_facts), resolve) == recorded
+        ):
             return True
     if name in _LAYOUT_FREE_VIEWS or name == "aten::view":  # (e)
         if analysis.facts_of(user) is None:  # a tuple of views: no getitem of it may be used

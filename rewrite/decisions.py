@@ -40,6 +40,7 @@ class Reason(str, enum.Enum):
     CLONE_WRITTEN_AFTER_COPY_BACK = "clone-written-after-copy-back"
     CLONE_WRITTEN_OUTSIDE_COPY_BACK = "clone-written-outside-copied-back-region"
     NOT_A_SELF_COPY = "copy-not-provably-onto-itself"
+    DEAD_CLONE_FEEDS_A_CHECK = "dead-clone-feeds-a-runtime-check"
     UNKNOWN_STORAGE = "unknown-storage"
     OPAQUE_USE = "opaque-op-touches-clone"
     INTERNAL_ERROR = "internal-error"
@@ -76,6 +77,7 @@ _CONDITION = {
     Reason.DEAD_CLONE_ERASED: "C10",
     Reason.ERASED_WITH_DEAD_CLONE: "C10",
     Reason.COPY_ERASED_WITH_DEAD_CLONE: "C10",
+    Reason.DEAD_CLONE_FEEDS_A_CHECK: "C10",
     Reason.FOLDED_INTO_COPY_BACK: "C8",
     Reason.REMOVABLE_BY_REGIONS: "C8",
     Reason.COPY_BACK_REGION_DIFFERS: "C8a",
@@ -119,6 +121,9 @@ _DESCRIPTION = {
     Reason.CLONE_WRITTEN_OUTSIDE_COPY_BACK: "C8b: the clone is written outside the region it copies back",
     Reason.NOT_A_SELF_COPY: "C9: the copy's source and destination are not provably the same memory with the same "
     "layout and dtype",
+    Reason.DEAD_CLONE_FEEDS_A_CHECK: "C10: nothing reads the clone, but its group executes a runtime check "
+    "the rewrite must keep: an assert, a range constraint or another side effect, or an op that may raise on "
+    "the values it reads (indexing, item) (evidence: the checks)",
     Reason.UNKNOWN_STORAGE: "the storage or layout of the clone or its original is unknown (missing metadata)",
     Reason.OPAQUE_USE: "an op the analysis cannot see into touches the clone's memory",
     Reason.INTERNAL_ERROR: "the pass failed internally; every clone is kept",

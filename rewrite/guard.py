@@ -91,9 +91,10 @@ from __future__ import annotations
 import enum
 import logging
 import operator
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal
 
 import torch
@@ -116,6 +117,9 @@ from rewrite.lowering.builder import (
 )
 
 __all__ = [
+    "ALL_HAZARDS",
+    "KNOWN_RELEASES",
+    "STOCK_MISCOMPILES",
     "GuardReport",
     "Guarded",
     "Hazard",
@@ -124,6 +128,7 @@ __all__ = [
     "guard_inductor_hazards",
     "guard_joint_graph",
     "guard_stale_reads",
+    "hazards_on",
     "plan_inductor_hazards",
     "plan_offset_clones",
     "plan_stale_reads",
@@ -175,6 +180,43 @@ _DESCRIPTION = {
     Hazard.DTYPE_VIEW_READ_LATE: "readers of an aliasing dtype view are not ordered before a later write of its base",
     Hazard.OFFSET_CLONE_DROPPED: "remove_noop_ops drops a clone that changes the storage offset an opaque op may observe",
 }
+
+#: The torch releases (``major.minor``) whose stock Inductor miscompiles programs of each hazard
+#: class. Proven, not assumed: on every release CI runs, tests/test_inductor_guard.py compiles the
+#: class's programs without the guard and fails when a class marked fixed there has a wrong result,
+#: or a class marked broken has none. On a release where a class is fixed the guard does not look for it.
+STOCK_MISCOMPILES: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        "H1": frozenset({"2.13", "2.14"}),
+        "H2": frozenset({"2.13", "2.14", "2.15"}),
+        "H3": frozenset({"2.13", "2.14", "2.15"}),
+        "H4": frozenset({"2.13", "2.14"}),
+        "H5": frozenset({"2.13", "2.14"}),
+        "H6": frozenset({"2.13", "2.14", "2.15"}),
+        "H7": frozenset({"2.13", "2.14", "2.15"}),
+    }
+)
+
+#: The releases :data:`STOCK_MISCOMPILES` describes; on any other the guard looks for every class.
+KNOWN_RELEASES = frozenset({"2.13", "2.14", "2.15"})
+
+ALL_HAZARDS = frozenset(STOCK_MISCOMPILES)
+
+
+def hazards_on(release: str) -> frozenset[str]:
+    """The hazard codes to guard on a torch release (``"2.15"``): all of them on a release not in the table.
+
+    Examples
+    --------
+    >>> sorted(hazards_on("2.15"))
+    ['H2', 'H3', 'H6', 'H7']
+    >>> hazards_on("9.99") == ALL_HAZARDS
+    True
+    """
+    if release not in KNOWN_RELEASES:
+        return ALL_HAZARDS
+    return frozenset(code for code, releases in STOCK_MISCOMPILES.items() if release in releases)
+
 
 Action = Literal["reorder", "clone"]
 
@@ -263,12 +305,15 @@ class InductorModel:
     (``torch._inductor.kernel``: matmuls, convolutions), which like the other
     two read their inputs in a kernel of their own (H4's path ends there).
     :mod:`rewrite.inductor` fills them from the installed Inductor; the empty
-    default treats every ATen op as fusible.
+    default treats every ATen op as fusible. ``hazards``: the hazard codes the
+    installed Inductor still gets wrong (:func:`hazards_on` its release; every
+    class by default); the guard looks for no other.
     """
 
     realizing_targets: frozenset[Any] = frozenset()
     fallback_targets: frozenset[Any] = frozenset()
     kernel_targets: frozenset[Any] = frozenset()
+    hazards: frozenset[str] = ALL_HAZARDS
 
     def realizes_inputs(self, target: Any) -> bool:
         """True when ``target`` (an op overload or packet) always realizes its inputs."""
@@ -591,11 +636,13 @@ def _plan_reorder(
     return tuple(sorted(moved, key=a.position))
 
 
-def guard_stale_reads(graph: torch.fx.Graph, *, donated_inputs: Iterable[int] = ()) -> GuardReport:
+def guard_stale_reads(
+    graph: torch.fx.Graph, *, donated_inputs: Iterable[int] = (), hazards: Collection[str] = ALL_HAZARDS
+) -> GuardReport:
     """H1 on a functional post-grad graph (before anything adds in-place ops to it); mutates ``graph``.
 
     Never raises: a failure is reported in :attr:`GuardReport.error` and
-    leaves the fixes done so far.
+    leaves the fixes done so far. Does nothing unless ``"H1"`` is in ``hazards``.
 
     Examples
     --------
@@ -611,6 +658,8 @@ def guard_stale_reads(graph: torch.fx.Graph, *, donated_inputs: Iterable[int] = 
     fx-aliasing guard: 1 hazard(s) guarded (H1 clone at copy__1); 1 copy(ies), 8 B
       H1 stale-input-read: clone at copy__1, cloned clone_default; 8 B (evidence: copy_)
     """
+    if "H1" not in hazards:
+        return GuardReport()
     return _guarded_rounds(
         graph, plan_stale_reads, relevant=_has_two_write_backs, donated_inputs=donated_inputs, max_rounds=8
     )
@@ -891,31 +940,44 @@ def _dtype_view_hazards(a: AliasAnalysis) -> list[_Fix]:
 
 
 def plan_inductor_hazards(a: AliasAnalysis, model: InductorModel | None = None) -> list[_Fix]:
-    """H2-H6 on the final post-grad graph: the protective clones Inductor's later passes need."""
+    """H2-H6 on the final post-grad graph: the protective clones Inductor's later passes need.
+
+    Only the classes in ``model.hazards`` are looked for; a fix of one class
+    that would also have covered another (H2's clone covers H4 and H5) counts
+    only where its own class is looked for.
+    """
     m = model or InductorModel()
     fixes: list[_Fix] = []
-    for r in predict_reinplacing(a, m):
-        wb = r.write_back
-        if wb is not None and not r.drops_write_back:
-            late = _late_uses(a, r.node, wb)
-            if late:
-                ev = (wb.name, *(u.name for u in late[:2]))
-                fixes.append(_CloneInput(Hazard.OVERWRITTEN_RESULT, r.node, r.into, r.node, ev, exact_layout=True))
-                continue
-            if _reads_elsewhere(a, r, m):
-                fixes.append(
+
+    def add(fix: _Fix) -> bool:
+        if fix.hazard.code not in m.hazards:
+            return False
+        fixes.append(fix)
+        return True
+
+    if m.hazards & {"H2", "H3", "H4", "H5"}:
+        for r in predict_reinplacing(a, m):
+            wb = r.write_back
+            if wb is not None and not r.drops_write_back:
+                late = _late_uses(a, r.node, wb)
+                if late:
+                    ev = (wb.name, *(u.name for u in late[:2]))
+                    if add(_CloneInput(Hazard.OVERWRITTEN_RESULT, r.node, r.into, r.node, ev, exact_layout=True)):
+                        continue
+                elif _reads_elsewhere(a, r, m) and add(
                     _CloneInput(Hazard.WRITE_BACK_READS_ELSEWHERE, r.node, r.into, r.node, (wb.name,), exact_layout=True)
-                )
-                continue
-        if wb is not None and r.drops_write_back:
-            out = a.output_node
-            for v in _output_aliases(a, r.node):
-                if out is not None:
-                    fixes.append(_CloneInput(Hazard.ESCAPING_RESULT, out, v, out, (r.into.name, wb.name), exact_layout=True))
-        if r.source is not None and r.region is not None and _overlaps_destination(a, r):
-            user = r.start
-            fixes.append(_CloneInput(Hazard.OVERLAPPING_SOURCE, user, r.source, user, (r.into.name,)))
-    fixes.extend(_dtype_view_hazards(a))
+                ):
+                    continue
+            if wb is not None and r.drops_write_back:
+                out = a.output_node
+                for v in _output_aliases(a, r.node):
+                    if out is not None:
+                        add(_CloneInput(Hazard.ESCAPING_RESULT, out, v, out, (r.into.name, wb.name), exact_layout=True))
+            if r.source is not None and r.region is not None and _overlaps_destination(a, r):
+                user = r.start
+                add(_CloneInput(Hazard.OVERLAPPING_SOURCE, user, r.source, user, (r.into.name,)))
+    if "H6" in m.hazards:
+        fixes.extend(_dtype_view_hazards(a))
     return fixes
 
 
@@ -1041,8 +1103,10 @@ def _reaches_observer(c: torch.fx.Node) -> bool:
     return False
 
 
-def guard_joint_graph(graph: torch.fx.Graph) -> GuardReport:
+def guard_joint_graph(graph: torch.fx.Graph, *, hazards: Collection[str] = ALL_HAZARDS) -> GuardReport:
     """H7 on the joint graph (``joint_custom_pre_pass``, before ``remove_noop_ops``); mutates ``graph``.
+
+    Does nothing unless ``"H7"`` is in ``hazards``.
 
     Each protected clone becomes ``aten.as_strided_copy`` of its source with
     the source's own sizes, strides and offset: the same copy, with the same
@@ -1064,6 +1128,8 @@ def guard_joint_graph(graph: torch.fx.Graph) -> GuardReport:
       H7 offset-changing-clone-dropped: clone at clone, cloned as_strided_copy_default; 28 B (evidence: offset)
     """
     done: list[Guarded] = []
+    if "H7" not in hazards:
+        return GuardReport()
     try:
         clones = plan_offset_clones(graph)
         if not clones:

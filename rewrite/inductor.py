@@ -59,12 +59,14 @@ import torch
 import torch.fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
+from aliasing.registry import torch_release
 from rewrite.guard import (
     GuardReport,
     InductorModel,
     guard_inductor_hazards,
     guard_joint_graph,
     guard_stale_reads,
+    hazards_on,
     protected_nodes,
 )
 from rewrite.lowering import PipelineReport, lower_and_eliminate
@@ -107,7 +109,12 @@ def inductor_model() -> InductorModel:
     kernels = frozenset(
         op for op, fn in lowering.lowerings.items() if str(getattr(fn, "__module__", "")).startswith("torch._inductor.kernel")
     )
-    return InductorModel(frozenset(lowering.needs_realized_inputs), frozenset(lowering.fallbacks), kernels)
+    return InductorModel(
+        frozenset(lowering.needs_realized_inputs),
+        frozenset(lowering.fallbacks),
+        kernels,
+        hazards=hazards_on(torch_release()),
+    )
 
 
 class CloneEliminationPass(CustomGraphPass):
@@ -167,7 +174,7 @@ class CloneEliminationPass(CustomGraphPass):
         """Rewrite ``graph`` in place (see the module docstring)."""
         guard = GuardReport()
         if self.guard:
-            guard = guard_stale_reads(graph, donated_inputs=self.donated_inputs)
+            guard = guard_stale_reads(graph, donated_inputs=self.donated_inputs, hazards=hazards_on(torch_release()))
         try:
             report = lower_and_eliminate(
                 graph,
@@ -183,7 +190,7 @@ class CloneEliminationPass(CustomGraphPass):
                 model = inductor_model()
             except Exception as e:  # an Inductor without these tables: predict with the default model
                 log.debug("Inductor's op tables are not available (%s); using the default model", e)
-                model = InductorModel()
+                model = InductorModel(hazards=hazards_on(torch_release()))
             guard = guard.merged(guard_inductor_hazards(graph, model, donated_inputs=self.donated_inputs))
             self.last_guard_report = guard
             _log_guard(guard)
@@ -223,7 +230,7 @@ class JointGraphGuard(CustomGraphPass):
     def __call__(self, graph: torch.fx.Graph | torch.fx.GraphModule) -> None:
         """Rewrite the joint graph in place."""
         g = graph.graph if isinstance(graph, torch.fx.GraphModule) else graph
-        report = guard_joint_graph(g)
+        report = guard_joint_graph(g, hazards=hazards_on(torch_release()))
         self.last_report = report
         _log_guard(report)
 

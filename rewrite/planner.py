@@ -39,6 +39,10 @@ C1 layout: ``c`` and ``o`` agree on dtype, device, sizes, strides, storage
    offset and conj/neg bits (a ``memory_format`` that changes strides fails).
    Then a byte of ``c``'s storage and the same byte offset of ``o``'s storage
    hold the same element (a clone's storage is exactly its dense region).
+   The layouts are the recorded ones; downstream of an op whose fake kernel
+   the layout audit caught lying (``aliasing.layout_divergences``), a clone
+   that names a memory format or changes the recorded layout is kept
+   (:func:`rewrite.dataflow.suspect_layout`).
    C1 refined (``LAYOUT_UNOBSERVED``): when only strides or storage offset
    differ, ``c`` may still go if no consumer observes its layout
    (:func:`rewrite.dataflow.layout_observer`: elementwise and copying
@@ -135,8 +139,24 @@ C10 dead clone (``DEAD_CLONE_ERASED``, only with ``erase_dead``): when a
    be the output; no other node may touch those storages. Nothing the group
    computes reaches an output or memory that outlives it, so erasing it
    changes no output and no caller-visible memory, and erasing a node never
-   makes a program raise. Clones and copies inside the group are erased
-   with it (``ERASED_WITH_DEAD_CLONE``, ``COPY_ERASED_WITH_DEAD_CLONE``).
+   makes a program raise. Nor may it make one stop raising: a rewrite keeps
+   every runtime check the original executes, so no member may be impure
+   beyond its writes (:func:`rewrite.dataflow.is_side_effectful`: what
+   ``Node.is_impure()`` and torch.fx's dead-code elimination keep, asserts
+   such as ``aten._assert_scalar``, ``_assert_async``,
+   ``_assert_tensor_metadata``, ``sym_constrain_range``, profiler ranges,
+   effectful ops and ``with_effects``) or able to raise on the values it
+   reads (:func:`rewrite.dataflow.may_raise_on_values`, whatever the values'
+   origin: indexing, ``item``; an index that is an ``arange`` of constants
+   inside the indexed dimension, unwritten until read, cannot). Such a clone
+   is kept (``DEAD_CLONE_FEEDS_A_CHECK``, the checks as evidence). Clones
+   and copies inside the group are erased with it
+   (``ERASED_WITH_DEAD_CLONE``, ``COPY_ERASED_WITH_DEAD_CLONE``). Every user
+   of an erased node is erased too: a group takes them all or is refused,
+   except users an earlier group erased (with all of theirs), and the
+   applier erases every ``DEAD_CLONE_ERASED`` clone, also one erased alone
+   (a dead ``_to_copy`` nothing uses). No erased node is used by a node that
+   stays or is replaced: the planner and the applier check it on every plan.
 
 Everything a condition cannot prove is a keep with its :class:`Reason`:
 missing metadata or an ambiguous storage (``UNKNOWN_STORAGE``), an opaque op
@@ -164,13 +184,16 @@ from aliasing.roles import CALLER_VISIBLE
 from rewrite.dataflow import (
     Liveness,
     is_elementwise,
+    is_side_effectful,
     layout_observer,
     may_raise_on_values,
     op_of,
+    suspect_layout,
     write_only_args,
     writes_all_of,
 )
 from rewrite.decisions import Decision, Reason
+from rewrite.errors import RewriteError
 
 __all__ = ["CONDITIONS", "REFINEMENTS", "is_clone_candidate", "is_copy_candidate", "plan_clone_elimination"]
 
@@ -267,7 +290,9 @@ class _State:
     relocated: set[str] = field(default_factory=set)
     #: nodes erased with a dead clone (C10) -> that clone
     erased: dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)
-    #: dead clones erased (C10) and the nodes erased with them: no longer in the graph
+    #: dead clones erased (C10) and the nodes erased with them: no longer in the graph. Every
+    #: user of a node here is here too (a group takes every user of its members, or is refused),
+    #: so a later group may skip them; :func:`_check_erasures` checks it on every plan.
     gone: set[torch.fx.Node] = field(default_factory=set)
     #: nodes whose results reach the output node through uses (C10 cannot erase them)
     to_output: frozenset[torch.fx.Node] = frozenset()
@@ -464,6 +489,9 @@ def _decide_replacement(state: _State, clone: torch.fx.Node, skip: frozenset[str
         return keep(Reason.UNKNOWN_STORAGE, *([] if fc else [clone]), *([] if fo else [original]))
     # C1 layout; refined: a change of strides or offset that no consumer observes.
     relocated = False
+    suspect = suspect_layout(a, clone, original) if "C1" not in skip else None
+    if suspect is not None:  # recorded downstream of a fake kernel that lies about layouts
+        return keep(Reason.LAYOUT, original, *([suspect] if suspect is not original else []))
     if "C1" not in skip and not same_layout(fc, fo):
         if not _layout_only_change(fc, fo) or "layout" not in state.refine:
             return keep(Reason.LAYOUT, original)
@@ -896,6 +924,95 @@ def _erasable(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
     return op is not None and op.namespace == "aten" and torch.Tag.nondeterministic_seeded not in op.tags
 
 
+def _is_check(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
+    """C10: a runtime check the original executes, which erasing ``node`` would erase.
+
+    Asserts and range constraints (:func:`rewrite.dataflow.is_side_effectful`:
+    what ``Node.is_impure()`` calls impure beyond its writes), and any op that
+    may raise on the values it reads (:func:`rewrite.dataflow.may_raise_on_values`
+    without ``changed``: erased, it checks no value at all, wherever its
+    indices come from).
+    """
+    if is_side_effectful(node):
+        return True
+    return may_raise_on_values(analysis, node) and not _indexes_in_range(analysis, node)
+
+
+#: Indexing ops whose only value-dependent failure is an index out of range: ``op(self, indices)``
+#: (a list of index tensors for dimensions 0, 1, ...; None for a whole dimension) ...
+_INDEX_LIST_OPS = frozenset(
+    {"aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl", "aten::_index_put_impl_"}
+)
+#: ... and ``op(self, dim, index, ...)``.
+_INDEX_DIM_OPS = frozenset(
+    "aten::" + name
+    for name in ["index_select", "index_add", "index_add_", "index_copy", "index_copy_", "index_fill", "index_fill_"]
+)
+_ARANGES = frozenset({"aten::arange"})
+
+
+def _indexes_in_range(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
+    """Whether ``node`` provably indexes in range in the original program, so it checks nothing.
+
+    True for the indexing ops above whose every index is an ``aten.arange`` of
+    integer constants that no node writes before ``node`` reads it, with all
+    its values inside the indexed dimension (``-n <= i < n``, ``n`` a known
+    size). Judged on the original program, which is what C10 compares with:
+    the node is erased, so what later removals do to that memory no longer
+    matters.
+    """
+    op = op_of(node)
+    if op is None or op.namespace != "aten" or node.kwargs.get("indices") is not None:
+        return False
+    name = op._schema.name
+    base = node.args[0] if node.args else None
+    facts = analysis.facts_of(base) if isinstance(base, torch.fx.Node) else None
+    if facts is None:
+        return False
+    pairs: list[tuple[object, int]] = []
+    if name in _INDEX_LIST_OPS and len(node.args) >= 2 and isinstance(node.args[1], (list, tuple)):
+        if len(node.args[1]) > len(facts.sizes):
+            return False
+        pairs = [(index, dim) for dim, index in enumerate(node.args[1]) if index is not None]
+    elif name in _INDEX_DIM_OPS and len(node.args) >= 3 and type(node.args[1]) is int:
+        rank = len(facts.sizes)
+        dim = node.args[1] + rank if node.args[1] < 0 else node.args[1]
+        if not 0 <= dim < rank:
+            return False
+        pairs = [(node.args[2], dim)]
+    else:
+        return False
+    return bool(pairs) and all(
+        isinstance(index, torch.fx.Node) and _arange_in_range(analysis, index, facts.sizes[dim], node)
+        for index, dim in pairs
+    )
+
+
+def _arange_in_range(analysis: AliasAnalysis, index: torch.fx.Node, size: object, reader: torch.fx.Node) -> bool:
+    """``index`` is ``arange`` of integer constants, unwritten until ``reader``, with values in ``[-size, size)``."""
+    op = op_of(index)
+    if op is None or op._schema.name not in _ARANGES or type(size) is not int or index.op != "call_function":
+        return False
+    bounds = [b for b in index.args if type(b) is int]
+    if not bounds or len(bounds) != len(index.args) or len(bounds) > 3:
+        return False
+    facts = analysis.facts_of(index)
+    if facts is None or facts.dtype not in (torch.int64, torch.int32):
+        return False
+    padded = [0, *bounds, 1] if len(bounds) == 1 else [*bounds, 1]
+    values = range(padded[0], padded[1], padded[2])
+    if values and not (-size <= min(values) and max(values) < size):
+        return False
+    sid = _single_storage(analysis, index)
+    if sid is None:
+        return False
+    first, last = analysis.position(index), analysis.position(reader)
+    return not any(
+        acc.kind == "write" and acc.node is not index and first < acc.position < last
+        for acc in analysis.storage_accesses(sid)
+    )
+
+
 def _reaching_output(analysis: AliasAnalysis) -> frozenset[torch.fx.Node]:
     """The output node and every node whose result it uses, directly or through other nodes."""
     reach: set[torch.fx.Node] = set()
@@ -915,14 +1032,18 @@ def _decide_erase(state: _State, clone: torch.fx.Node, original: str) -> Decisio
         return None
     ccls = state.cls(sc)
     group: dict[torch.fx.Node, None] = {clone: None}
+    checks: list[torch.fx.Node] = []
     stack = [clone]
     while stack:
         for user in stack.pop().users:
-            if user in group or user in state.gone:  # erased with another group already
+            # Erased with another group already, and so are all its users (``_State.gone``).
+            if user in group or user in state.gone:
                 continue
             # A removed copy of a member (replaced by it) is a member too: it is erased, not replaced.
             if user in state.to_output or not _erasable(a, user):
                 return None
+            if _is_check(a, user):
+                checks.append(user)  # erased, it would no longer check what the original checks
             group[user] = None
             stack.append(user)
     names = {n.name for n in group}
@@ -949,6 +1070,9 @@ def _decide_erase(state: _State, clone: torch.fx.Node, original: str) -> Decisio
         for acc in _after(state.cls(sid), pos, state.gone):
             if acc.node not in group:
                 return None  # another node touches the group's memory
+    if checks:  # dead, but a rewrite keeps every runtime check the original executes
+        evidence = tuple(n.name for n in sorted(checks, key=a.position))
+        return Decision(clone.name, "keep", Reason.DEAD_CLONE_FEEDS_A_CHECK, evidence, original)
     erased = tuple(n.name for n in sorted(group, key=a.position) if n is not clone)
     return Decision(clone.name, "remove", Reason.DEAD_CLONE_ERASED, erased, original, erased)
 
@@ -1155,7 +1279,19 @@ def plan_clone_elimination(
     for node in state.erased:
         if node in decisions:
             decisions[node] = _erased_decision(state, node)
+    _check_erasures(state)
     return [decisions[c] for c in order]
+
+
+def _check_erasures(state: _State) -> None:
+    """The plan's C10 invariant: every user of an erased node is erased too (none stays, none is
+    replaced). Raises :class:`~rewrite.errors.RewriteError` naming the nodes (an internal error:
+    the default mode of :func:`rewrite.eliminate_clones` then keeps every clone)."""
+    for node in state.gone:
+        stays = [u for u in node.users if u not in state.gone]
+        if stays:
+            how = ", ".join(f"{u.name} ({'replaced' if u in state.replaced else 'which stays'})" for u in stays)
+            raise RewriteError(f"internal error: the plan erases {node.name} but {how} still uses it")
 
 
 def _died(state: _State, gone: list[torch.fx.Node]) -> list[torch.fx.Node]:

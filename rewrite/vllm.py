@@ -26,8 +26,9 @@ Logging: through vLLM's logging setup (logger ``vllm.rewrite.vllm``, so
 log theirs, then the count; a failure of the pipeline (which never raises and
 leaves the graph valid) at WARNING.
 
-To use it in vLLM's own engine call :func:`install` in every process that
-compiles (a vLLM general plugin runs in each worker); a pass manager you build
+To use it in vLLM's own engine set ``FX_ALIASING_VLLM=1``: the package's
+vLLM general plugin (:func:`plugin`) then calls :func:`install` in every process
+that compiles. Code can call :func:`install` itself; a pass manager you build
 yourself takes it as ``pass_manager.clone_elimination = CloneEliminationPass(vllm_config)``
 after ``pass_manager.configure(vllm_config)``. The README's "Using it in vLLM" shows both.
 
@@ -56,6 +57,7 @@ Example
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable
 
 import torch.fx
@@ -67,7 +69,10 @@ from vllm.logger import init_logger
 from rewrite.inductor import library_source_hash
 from rewrite.lowering import PipelineReport, lower_and_eliminate
 
-__all__ = ["CloneEliminationPass", "donated_positions", "install", "uninstall"]
+__all__ = ["ENABLE_VARIABLE", "CloneEliminationPass", "donated_positions", "install", "plugin", "uninstall"]
+
+#: Set to ``1`` to have vLLM's plugin loader install the pass (:func:`plugin`).
+ENABLE_VARIABLE = "FX_ALIASING_VLLM"
 
 #: Under vLLM's ``vllm`` logger, so vLLM's handler and ``VLLM_LOGGING_LEVEL`` apply.
 logger = init_logger(f"vllm.{__name__}")
@@ -228,3 +233,20 @@ def uninstall() -> None:
     from vllm.compilation.passes.ir.clone_elimination import UnsafeCloneEliminationPass
 
     setattr(pass_manager, "UnsafeCloneEliminationPass", UnsafeCloneEliminationPass)  # noqa: B010
+
+
+def plugin() -> None:
+    """vLLM general plugin (entry point ``fx_aliasing`` in group ``vllm.general_plugins``).
+
+    vLLM's plugin loader (``vllm.plugins.load_general_plugins``) calls it in
+    every process that compiles. It calls :func:`install` when the environment
+    variable ``FX_ALIASING_VLLM`` is ``1`` and does nothing otherwise, so
+    installing the package changes nothing until a user asks for it:
+    ``FX_ALIASING_VLLM=1 vllm serve ...``. ``VLLM_PLUGINS`` (vLLM's allow-list
+    of plugin names) must include ``fx_aliasing`` when it is set.
+    """
+    value = os.environ.get(ENABLE_VARIABLE, "")
+    if value == "1":
+        install()
+    elif value not in ("", "0"):
+        logger.warning("%s=%r: expected 1 or 0; the fx-aliasing clone elimination pass is not installed", ENABLE_VARIABLE, value)

@@ -317,3 +317,19 @@ def test_precision_benchmark_rows_are_cumulative_and_sound(tmp_path: Path) -> No
     removed = [r["removed"] for r in rows]
     assert removed == sorted(removed), removed
     assert rows[-1]["covered"] <= rows[-1]["greedy_removable"]
+
+
+def test_copy_backs_into_inputs_checked_in_groups() -> None:
+    """torch 2.14's generated code checks several inputs in one ``assert_size_stride_grouped`` call."""
+    from benchmarks.inductor_copies import count_copies
+
+    q = "'" * 3
+    kernel = 'extern "C" void kernel(const float* in_ptr0, float* out_ptr0)\n{\n    out_ptr0[x0] = in_ptr0[x0];\n}\n'
+    src = (
+        "cpp_fused_0 = async_compile.cpp_pybinding(['const float*', 'float*'], r" + q + kernel + q + ")\n"
+        "    def call(self, args):\n"
+        "        assert_size_stride_grouped((arg0_1, arg1_1), ((3, 4), (3, 4)), ((4, 1), (4, 1)), 'input')\n"
+        "        cpp_fused_0(arg1_1, arg0_1)\n"
+    )
+    c = count_copies(src)
+    assert (c.copy_backs, c.copy_back_bytes) == (1, 48)

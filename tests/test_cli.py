@@ -337,13 +337,13 @@ def test_readme_setup_commands_match_ci() -> None:
     assert test == ". .venv/bin/activate && python -m pytest -q"
     ci = (ROOT / ".ci" / "run").read_text()
     # CI activates its own fresh venv, then runs the same command
-    assert "\npython -m pytest -q\n" in ci
+    assert re.search(r"^\s*python -m pytest -q$", ci, re.M)
     extras = re.compile(r"pip install torch==2\.13\.0 -e '\.\[([\w,]+)\]'")
     readme_match, ci_match = extras.search(install), extras.search(ci)
     assert readme_match and ci_match
     readme_extras, ci_extras = set(readme_match.group(1).split(",")), set(ci_match.group(1).split(","))
     # the README installs what the tests need; CI installs at least that (and may add tools)
-    assert {"test", "triton", "notebooks"} <= readme_extras <= ci_extras
+    assert {"test", "notebooks"} <= readme_extras <= ci_extras
     assert "fx-aliasing demo" in ci
 
 

@@ -255,8 +255,8 @@ def test_dead_read_that_may_raise_on_its_values_still_counts() -> None:
 
     inputs = lambda: [torch.randn(4), torch.tensor([0, 1, 2])]  # noqa: E731
     assert decide(f, inputs, erase_dead=False) == {"clone": ("keep", Reason.ORIGINAL_WRITTEN)}
-    # Erasing the dead indexing with the clone (C10) is sound: a program that no longer raises is fine.
-    assert decide(f, inputs) == {"clone": ERASED}
+    # Erasing the dead indexing with the clone (C10) would erase its bounds check: the clone stays.
+    assert decide(f, inputs) == {"clone": ("keep", Reason.DEAD_CLONE_FEEDS_A_CHECK)}
 
 
 def test_writes_nothing_live_reads_after_the_merge() -> None:

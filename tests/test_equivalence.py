@@ -1,4 +1,5 @@
-"""Tests of rewrite.testing.equivalence: check_equivalent's four clauses, its refusals (OracleError), copy_program."""
+"""Tests of rewrite.testing.equivalence: check_equivalent's five clauses, exact and tolerant comparison, its
+refusals (OracleError), copy_program."""
 
 from __future__ import annotations
 
@@ -193,6 +194,45 @@ def test_only_the_rewritten_side_raising_is_reported() -> None:
     assert info.value.clause == "raises"
 
 
+def test_original_raising_is_judged_the_rewrite_must_raise_the_same_type() -> None:
+    x = torch.randn(6)
+    raises = torch.fx.symbolic_trace(lambda x: x.view(5, -1) + 1)  # 6 elements: RuntimeError
+    fine = _trace(lambda x: x + 1, x)
+    with pytest.raises(NotEquivalent, match=r"original program raised RuntimeError.*returned normally") as info:
+        check_equivalent(raises, fine, [x])  # the rewrite erased the raising op
+    assert info.value.clause == "raises"
+    check_equivalent(raises, copy_program(raises), [x])  # both raise RuntimeError: equivalent here
+    other_message = torch.fx.symbolic_trace(lambda x: x.view(4, -1) + 1)  # another message, same type
+    check_equivalent(raises, other_message, [x])
+    other_type = torch.fx.symbolic_trace(_checked_sum)  # AssertionError on a negative sum
+    with pytest.raises(NotEquivalent, match="rewritten program raised AssertionError") as info:
+        check_equivalent(raises, other_type, [-torch.ones(6)])
+    assert info.value.clause == "raises"
+
+
+def _checked_sum(x: torch.Tensor) -> torch.Tensor:
+    torch._assert(x.sum() > 0, "x must sum to a positive value")
+    return x * 2
+
+
+def _erases_the_check(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """An unsound 'dead code' pass: drops the assertion, whose result nothing uses."""
+    new = copy_program(gm)
+    for node in [n for n in new.graph.nodes if n.target is torch._assert]:
+        new.graph.erase_node(node)
+    new.graph.eliminate_dead_code()
+    new.recompile()
+    return new
+
+
+def test_a_pass_that_erases_a_runtime_check_is_caught() -> None:
+    gm = torch.fx.symbolic_trace(_checked_sum)
+    erased = _erases_the_check(gm)
+    assert not any(n.target is torch._assert for n in erased.graph.nodes)
+    check_equivalent(gm, erased, [torch.ones(3)])  # where the check passes, nothing differs
+    assert _clause(gm, erased, [-torch.ones(3)]) == "raises"  # where it fires, the rewrite must fire too
+
+
 # ---- the oracle refuses to judge what it cannot check ----------------------------
 
 
@@ -204,24 +244,16 @@ def _refusal(original: Any, rewritten: Any, inputs: Any, **kwargs: Any) -> Oracl
     return info.value
 
 
-def test_original_raising_is_an_oracle_error_whether_or_not_the_rewrite_raises() -> None:
-    x = torch.randn(6)
-    raises = torch.fx.symbolic_trace(lambda x: x.view(5, -1) + 1)  # 6 elements: raises
-    fine = _trace(lambda x: x + 1, x)
-    err = _refusal(raises, fine, [x])  # only the original raises
-    assert err.reason == "original-raises" and isinstance(err.error, RuntimeError)
-    assert "RuntimeError" in str(err)
-    assert _refusal(raises, copy_program(raises), [x]).reason == "original-raises"  # both raise
-
-
 def test_wrong_number_of_inputs_is_not_judged_equivalent() -> None:
     x = torch.randn(4)
     plus_one = _trace(lambda x: x + 1, x)
     times_two = _trace(lambda x: x * 2, x)  # a genuinely different program
     for inputs in ([], [x, x], lambda: [x, x, x]):
         err = _refusal(plus_one, times_two, inputs)
-        assert err.reason == "original-raises" and isinstance(err.error, TypeError)
+        assert err.reason == "bad-inputs" and isinstance(err.error, TypeError)
     assert _clause(plus_one, times_two, [x]) == "output"  # on the right inputs the difference shows
+    ep = torch.export.export(_Accumulate(update=True), (torch.randn(4),))
+    assert _refusal(ep, ep, [x, x]).reason == "bad-inputs"
 
 
 def test_meta_device_inputs_compare_nothing() -> None:
@@ -419,3 +451,162 @@ def test_exported_program_donated_positions_are_placeholder_positions() -> None:
     assert kinds == ["BUFFER", "USER_INPUT"]
     check_equivalent(original, rewritten, [x], donated_inputs=(1,))
     assert _clause(original, rewritten, [x], donated_inputs=(0,)) == "input-mutation"
+
+
+# ---- exact comparison, and a tolerance only when asked for ------------------------
+
+
+def _reorder_sums(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A pass that sums in another order (reverses the operand first): equal in real arithmetic only."""
+    new = copy_program(gm)
+    for node in [n for n in new.graph.nodes if n.target is aten.sum.default]:
+        with new.graph.inserting_before(node):
+            flipped = new.graph.call_function(aten.flip.default, (node.args[0], [0]))
+        node.args = (flipped, *node.args[1:])
+    new.recompile()
+    return new
+
+
+def test_a_reordered_sum_is_caught_exactly_and_accepted_with_a_tolerance() -> None:
+    x = torch.tensor([1.0, 2.0**-24, 2.0**-24])  # (1 + e) + e rounds to 1, e + e + 1 does not
+    gm = _trace(lambda x: x.sum() * 2, x)
+    reordered = _reorder_sums(gm)
+    assert not torch.equal(gm(x), reordered(x)) and torch.allclose(gm(x), reordered(x))
+    with pytest.raises(NotEquivalent, match=r"compared bitwise.*1 of 1 elements") as info:
+        check_equivalent(gm, reordered, [x])
+    assert info.value.clause == "output"
+    check_equivalent(gm, reordered, [x], rtol=1e-6)
+    check_equivalent(gm, reordered, [x], atol=1e-6)
+    check_equivalent(gm, reordered, [x], rtol=1.3e-6, atol=1e-5)
+    assert _clause(gm, reordered, [x], rtol=1e-9) == "output"  # a tolerance too tight still catches it
+    check_equivalent(gm, reordered, [torch.tensor([1.0, 2.0, 3.0])])  # exact where no rounding differs
+
+
+def test_tolerance_applies_to_final_inputs_but_never_to_integers() -> None:
+    x = torch.tensor([1.0, 2.0**-24, 2.0**-24])
+    writes_sum = _trace(lambda x: x.copy_(x.sum().expand(3)).clone(), x.clone())
+    reordered = _reorder_sums(writes_sum)
+    assert _clause(writes_sum, reordered, [x]) == "output"
+    check_equivalent(writes_sum, reordered, [x], rtol=1e-6)
+    i = torch.tensor([100, 200])
+    assert _clause(_trace(lambda i: i + 1, i), _trace(lambda i: i + 2, i), [i], rtol=0.5, atol=10) == "output"
+    floats = torch.fx.symbolic_trace(lambda x: x.sum().item())
+    shifted = torch.fx.symbolic_trace(lambda x: x.sum().item() + 1e-12)
+    assert _clause(floats, shifted, [torch.ones(2)]) == "output"  # Python floats too
+    check_equivalent(floats, shifted, [torch.ones(2)], atol=1e-9)
+
+
+def test_nan_matches_any_nan_and_the_sign_of_zero_counts() -> None:
+    x = torch.ones(3)
+    nan = torch.fx.symbolic_trace(lambda x: torch.full_like(x, float("nan")))
+    negated_nan = torch.fx.symbolic_trace(lambda x: -torch.full_like(x, float("nan")))  # another sign bit
+    assert not torch.equal(nan(x).view(torch.int32), negated_nan(x).view(torch.int32))
+    check_equivalent(nan, negated_nan, [x])
+    zero = torch.fx.symbolic_trace(lambda x: torch.zeros_like(x))
+    negative_zero = torch.fx.symbolic_trace(lambda x: -torch.zeros_like(x))  # 1 / result tells them apart
+    assert _clause(zero, negative_zero, [x]) == "output"
+    check_equivalent(zero, negative_zero, [x], atol=0.0)  # a tolerance compares values: -0.0 == 0.0
+    complex_in = torch.tensor([1 + 2j, float("nan") + 0j])
+    conj = _trace(lambda z: z.conj().clone(), complex_in)
+    check_equivalent(conj, copy_program(conj), [complex_in])
+    assert _clause(conj, _trace(lambda z: z.clone(), complex_in), [complex_in]) == "output"
+    half = _trace(lambda x: (x * 3).to(torch.bfloat16), x)
+    check_equivalent(half, copy_program(half), [x])
+
+
+def test_bad_tolerances_are_rejected() -> None:
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    for bad in ({"rtol": -1.0}, {"atol": float("nan")}, {"rtol": "1e-5"}, {"atol": True}):
+        with pytest.raises(ValueError, match="non-negative"):
+            check_equivalent(gm, gm, [torch.ones(2)], **bad)
+
+
+# ---- clause 5: rng-state ----------------------------------------------------------
+
+
+def _noisy(x: torch.Tensor) -> torch.Tensor:
+    mask = torch.empty_like(x).bernoulli_(0.5)
+    return torch.nn.functional.dropout(x, 0.5, training=True) * mask + torch.rand(x.shape)
+
+
+class _Dropout(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.dropout(x, 0.5, training=True)
+
+
+def test_a_random_program_equals_an_unmodified_copy_of_itself() -> None:
+    x = torch.randn(16)
+    before = torch.get_rng_state()
+    for gm in (_trace(_noisy, x), torch.fx.symbolic_trace(_noisy)):
+        check_equivalent(gm, copy_program(gm), [x])
+        check_equivalent(gm, copy_program(gm), lambda: [torch.randn(16)])
+    ep = torch.export.export(_Dropout(), (x,))
+    check_equivalent(ep, copy_program(ep), [x])
+    gm = _trace(_noisy, x)  # tracing with real tensors draws: trace first
+    torch.manual_seed(0)
+    first = torch.rand(4)
+    torch.manual_seed(0)
+    check_equivalent(gm, copy_program(gm), [x])
+    assert torch.equal(torch.rand(4), first)  # the oracle draws nothing of its own
+    assert not torch.equal(torch.get_rng_state(), before)  # (the input factories above did draw)
+
+
+def _extra_draw(gm: torch.fx.GraphModule, where: str) -> torch.fx.GraphModule:
+    """A pass that inserts an unused ``aten.rand`` call before the first or after the last random op."""
+    new = copy_program(gm)
+    random_ops = [n for n in new.graph.nodes if n.op == "call_function" and "rand" in str(n.target)]
+    anchor = random_ops[0] if where == "first" else random_ops[-1].next
+    with new.graph.inserting_before(anchor):
+        new.graph.call_function(aten.rand.default, ([3],), {"device": torch.device("cpu"), "pin_memory": False})
+    new.recompile()  # no dead-code elimination: the unused draw stays
+    return new
+
+
+def test_drawing_more_random_numbers_is_caught() -> None:
+    x = torch.randn(8)
+    gm = _trace(lambda x: x + torch.rand(8), x)
+    after = _extra_draw(gm, "last")  # same outputs, but the generator ends elsewhere
+    assert len(after.graph.nodes) == len(gm.graph.nodes) + 1
+    with pytest.raises(NotEquivalent, match="CPU default generator ends in another state") as info:
+        check_equivalent(gm, after, [x])
+    assert info.value.clause == "rng-state"
+    assert _clause(gm, _extra_draw(gm, "first"), [x]) == "output"  # the used draw moves: values change
+    assert _clause(after, gm, [x]) == "rng-state"  # dropping a dead random op is caught too
+
+
+def _returns_three(draw: bool) -> torch.fx.GraphModule:
+    graph = torch.fx.Graph()
+    if draw:
+        graph.call_function(torch.rand, (2,))  # unused: only the generator sees it
+    graph.output(3)
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def test_a_program_that_only_draws_is_compared_by_its_generator() -> None:
+    draws, still = _returns_three(draw=True), _returns_three(draw=False)
+    check_equivalent(draws, copy_program(draws), [])  # drawing is something to compare
+    assert _clause(draws, still, []) == "rng-state"
+    assert _clause(still, draws, []) == "rng-state"
+    assert _refusal(still, copy_program(still), []).reason == "nothing-compared"
+
+
+def _draw_from(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    return x + torch.rand(x.shape, generator=g)
+
+
+def _draw_twice_from(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    torch.rand(x.shape, generator=g)
+    return x + torch.rand(x.shape, generator=g)
+
+
+def test_generators_passed_as_inputs_are_copied_and_compared() -> None:
+    g = torch.Generator().manual_seed(7)
+    state = g.get_state()
+    once, twice = torch.fx.symbolic_trace(_draw_from), torch.fx.symbolic_trace(_draw_twice_from)
+    check_equivalent(once, copy_program(once), [torch.zeros(4), g])
+    assert torch.equal(g.get_state(), state)  # each run drew from its own copy
+    twice_then_drop = torch.fx.symbolic_trace(lambda x, g: (torch.rand(x.shape, generator=g), x.clone())[1])
+    assert _clause(once, twice, [torch.zeros(4), g]) == "output"
+    with pytest.raises(NotEquivalent, match="generator passed as input 1") as info:
+        check_equivalent(torch.fx.symbolic_trace(lambda x, g: x.clone()), twice_then_drop, [torch.zeros(4), g])
+    assert info.value.clause == "rng-state"

@@ -92,12 +92,12 @@ def mutated_input(x: torch.Tensor) -> torch.Tensor:
 
 def mutated_view_of_input(x: torch.Tensor) -> torch.Tensor:
     bump_(x[1])
-    return x + 0
+    return x * 2  # reads all of x after the write (not a no-op Inductor may drop: x + 0 is one on 2.14)
 
 
 def mutated_slice_of_input(x: torch.Tensor) -> torch.Tensor:
     bump_(x[:, 1:3])
-    return x * 1
+    return x + 1  # reads all of x after the write
 
 
 def two_mutated_args(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -162,7 +162,7 @@ def input_view_mutation_reads_clone(a: torch.Tensor) -> torch.Tensor:
     mutation): a view of the input is written while the op reads a snapshot of the input."""
     y = a.clone()
     addrev_(a[1:], y[:-1])
-    return a * 1
+    return a * 2  # a fresh output that reads a afterwards (a * 1 is dropped by Inductor 2.14)
 
 
 def transposed_clone_row_mutated(x: torch.Tensor) -> torch.Tensor:

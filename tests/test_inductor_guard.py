@@ -36,6 +36,8 @@ from typing import Any
 import pytest
 import torch
 
+from aliasing.registry import torch_release
+from rewrite.guard import KNOWN_RELEASES, STOCK_MISCOMPILES
 from rewrite.inductor import CloneEliminationPass, JointGraphGuard, compile_options
 
 # --- custom ops ------------------------------------------------------------------------
@@ -250,6 +252,18 @@ def diagonal_fill_then_add_flip(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def index_put_accumulate_then_add_roll(x: torch.Tensor) -> torch.Tensor:
+    x.index_put_((torch.arange(x.size(0)),), x * 2.0, accumulate=True)
+    x.add_(x.roll(1, 0))
+    return x
+
+
+def write_row_then_times_one(x: torch.Tensor) -> torch.Tensor:
+    """Inductor 2.14 drops ``x * 1`` and returns the caller's input tensor itself (eager: a fresh tensor)."""
+    x[1].add_(1)
+    return x * 1
+
+
 def index_put_then_sub_column_mean(x: torch.Tensor) -> torch.Tensor:
     x.index_put_((torch.arange(x.size(0)),), x * 2.0)
     x.sub_(x.mean(0, keepdim=True))  # a reduction fused into the loop that writes x
@@ -442,13 +456,15 @@ class Program:
     dynamic: bool = False
     latent: bool = False  #: stock may be right by luck (the hazard is there)
     slow: bool = False
+    #: torch releases whose stock Inductor gets this program right although its class is broken there
+    right_on: frozenset[str] = frozenset()
 
 
 PROGRAMS: tuple[Program, ...] = (
     # faithful repros (the issues' own programs and inputs)
     Program("shift_rows", shift_rows, rand(3, 16, 16), ("H5",), "repro", "197829"),
     Program("scatter_then_zero", scatter_then_zero, ints_4x6_pair, ("H2",), "repro", "198094"),
-    Program("diagonal_scatter_then_fill", diagonal_scatter_then_fill, lambda: [torch.arange(9.0).reshape(3, 3)], ("H2",), "repro", "198094"),
+    Program("diagonal_scatter_then_fill", diagonal_scatter_then_fill, lambda: [torch.arange(9.0).reshape(3, 3)], ("H2",), "variant", "198094", right_on=frozenset({"2.15"})),
     Program("index_fill_clone_clamp", index_fill_clone_clamp, lambda: [torch.arange(-6.0, 6.0).reshape(4, 3)], ("H2",), "repro", "198094"),
     Program("copy_then_add", copy_then_add, dst_src, ("H1",), "repro", "198131"),
     Program("offset_of_clone", offset_of_clone, lambda: [torch.arange(8.0)], ("H7",), "repro", "197489"),
@@ -477,6 +493,7 @@ PROGRAMS: tuple[Program, ...] = (
     # H4 variants
     Program("index_put_then_copy_flip", index_put_then_copy_flip, rand(4, 8), ("H4",), "variant"),
     Program("index_copy_then_add_flip", index_copy_then_add_flip, rand(4, 8), ("H4",), "variant", slow=True),
+    Program("index_put_accumulate_then_add_roll", index_put_accumulate_then_add_roll, rand(4, 8), ("H4",), "variant"),
     Program("diagonal_fill_then_add_flip", diagonal_fill_then_add_flip, rand(4, 4), ("H4",), "variant", slow=True),
     Program("index_put_then_sub_column_mean", index_put_then_sub_column_mean, rand(4, 8), ("H4",), "variant", slow=True),
     Program("index_put_then_sub_sum", index_put_then_sub_sum, rand(4, 8), ("H4",), "variant", latent=True, slow=True),
@@ -642,31 +659,82 @@ def _params(kind: str, *, default_only: bool = False) -> list[Any]:
 # --- tests -----------------------------------------------------------------------------
 
 
+def _fixed_here(p: Program) -> bool:
+    """Stock Inductor of the installed torch no longer miscompiles ``p``'s hazard class (STOCK_MISCOMPILES)."""
+    return bool(p.hazards) and all(torch_release() not in STOCK_MISCOMPILES[h] for h in p.hazards)
+
+
+def _no_more_copies(guarded: Compiled, stock: Compiled) -> bool:
+    """The guarded code copies no more than stock's (the clone elimination may copy less)."""
+    (n_guarded, b_guarded), (n_stock, b_stock) = copies(guarded.code), copies(stock.code)
+    return n_guarded <= n_stock and b_guarded <= b_stock
+
+
+def test_every_hazard_class_has_a_repro_that_proves_its_status() -> None:
+    """test_faithful_repro checks each class's status on the installed torch against its repro."""
+    assert {p.hazards[0] for p in PROGRAMS if p.kind == "repro"} == set(STOCK_MISCOMPILES)
+    assert torch_release() in KNOWN_RELEASES, f"torch {torch_release()}: record which hazards its Inductor still has"
+
+
 @pytest.mark.parametrize("p", _params("repro"))
 def test_faithful_repro(p: Program) -> None:
-    """Wrong on stock Inductor, right under aot_eager (the bug is Inductor's), right when guarded."""
+    """Wrong on stock Inductor where its hazard class is marked broken, right where it is marked fixed
+    (proving rewrite.guard.STOCK_MISCOMPILES on this torch); right under aot_eager; right when guarded,
+    guarding exactly the listed hazards, and where the class is fixed no hazard and stock's copies."""
     want = observe(p)
     assert differences(compile_and_observe(p, backend="aot_eager").observed, want) == [], "aot_eager is wrong too"
     stock = compile_and_observe(p)
-    assert differences(stock.observed, want), f"#{p.issue} does not reproduce on this torch: stock Inductor is right"
     guarded = compile_and_observe(p, options=compile_options())
     assert differences(guarded.observed, want) == []
-    assert guarded.hazards == p.hazards
+    if _fixed_here(p):
+        assert differences(stock.observed, want) == [], (
+            f"#{p.issue} is wrong on stock Inductor {torch_release()}, marked fixed there in STOCK_MISCOMPILES"
+        )
+        assert guarded.hazards == ()
+        assert _no_more_copies(guarded, stock)
+    else:
+        assert differences(stock.observed, want), (
+            f"#{p.issue} is right on stock Inductor {torch_release()}: mark {p.hazards[0]} fixed there in STOCK_MISCOMPILES"
+        )
+        assert guarded.hazards == p.hazards
 
 
 @pytest.mark.parametrize("p", _params("variant"))
 def test_variant_is_guarded(p: Program) -> None:
-    """Right when guarded, with the expected hazards; stock may be wrong (or right by luck, ``latent``)."""
+    """Right when guarded. Where the class is marked broken: the expected hazards, and stock wrong unless
+    ``latent``; where it is marked fixed: stock right, no hazard and stock's copies."""
     want = observe(p)
     stock = compile_and_observe(p)
     stock_wrong = bool(differences(stock.observed, want))
     guarded = compile_and_observe(p, options=compile_options())
     assert differences(guarded.observed, want) == []
-    if stock_wrong:
+    if _fixed_here(p):
+        assert not stock_wrong, f"stock Inductor {torch_release()} gets this wrong: its class is marked fixed there"
+        assert guarded.hazards == ()
+        assert _no_more_copies(guarded, stock)
+        return
+    if torch_release() in p.right_on:
+        assert not stock_wrong, f"stock Inductor {torch_release()} gets this wrong: take it out of right_on"
+        assert _no_more_copies(guarded, stock)
+    elif stock_wrong:
         assert guarded.hazards, "stock Inductor gets this variant wrong and the guard did not guard it"
     else:
-        assert p.latent, "stock Inductor is right: mark the variant latent or make it a control"
+        assert p.latent, "stock Inductor is right: mark the variant latent, list the release in right_on, or make it a control"
     assert guarded.hazards == p.hazards
+
+
+def test_returned_input_times_one_stays_a_fresh_tensor() -> None:
+    """``x[1].add_(1); return x * 1``: Inductor 2.14 and 2.15 return the caller's input itself; 2.13 does not.
+    Guarded it is right on every torch; where stock is right the guard adds nothing."""
+    p = Program("write_row_then_times_one", write_row_then_times_one, rand(4, 8), (), "variant")
+    want = observe(p)
+    stock = compile_and_observe(p)
+    guarded = compile_and_observe(p, options=compile_options())
+    assert differences(guarded.observed, want) == []
+    if differences(stock.observed, want):
+        assert guarded.hazards == ("H3",)
+    else:
+        assert guarded.hazards == () and _no_more_copies(guarded, stock)
 
 
 @pytest.mark.parametrize("p", _params("control"))
@@ -684,11 +752,11 @@ def test_control_gets_no_copy(p: Program) -> None:
 
 def test_post_grad_pass_alone_guards_what_a_post_grad_pass_can() -> None:
     """Installed only as post_grad_custom_post_pass, the guard still fixes H1-H6; H7 needs the joint hook."""
-    p = next(q for q in PROGRAMS if q.name == "copy_then_add")
+    p = next(q for q in PROGRAMS if q.kind == "repro" and q.hazards != ("H7",) and not _fixed_here(q))
     want = observe(p)
     post = CloneEliminationPass()
     alone = compile_and_observe(p, options={"post_grad_custom_post_pass": post})
-    assert differences(alone.observed, want) == [] and alone.hazards == ("H1",)
+    assert differences(alone.observed, want) == [] and alone.hazards == p.hazards
     unguarded = compile_and_observe(p, options={"post_grad_custom_post_pass": CloneEliminationPass(guard=False)})
     assert differences(unguarded.observed, want), "the clone elimination alone is right: the repro is not one"
     offset = next(q for q in PROGRAMS if q.name == "offset_of_clone")
@@ -698,6 +766,8 @@ def test_post_grad_pass_alone_guards_what_a_post_grad_pass_can() -> None:
 
 def test_report_and_logs_say_what_was_guarded(caplog: pytest.LogCaptureFixture) -> None:
     p = next(q for q in PROGRAMS if q.name == "shift_rows")
+    if _fixed_here(p):
+        pytest.skip(f"H5 is fixed in stock Inductor {torch_release()}: the guard does not look for it there")
     options = compile_options()
     with caplog.at_level(logging.DEBUG, logger="rewrite.inductor"):
         compiled = compile_and_observe(p, options=options)

@@ -35,8 +35,8 @@ import pytest
 
 if importlib.util.find_spec("vllm") is None:
     pytest.skip(
-        "vLLM is not installed: the vllm extra (.ci/run installs vllm==0.33.0 and its import-time "
-        "packages with --no-deps, so that torch stays the CPU build)",
+        "vLLM is not installed: .ci/run runs these tests in a vLLM user's environment "
+        "(pip install vllm==0.33.0, then this project with its vllm and test extras)",
         allow_module_level=True,
     )
 
@@ -465,3 +465,39 @@ def test_torch_compile_with_vllm_passes(
     assert results["stock"][:2] == (stock_right, stock_clones)
     if fn is _maybe_inplace:
         assert results["ours"][2] == {0, 1}
+
+
+_PLUGIN_PROBE = """
+from vllm.plugins import load_general_plugins
+load_general_plugins()
+from vllm.compilation.passes import pass_manager
+print(pass_manager.UnsafeCloneEliminationPass.__module__ + "." + pass_manager.UnsafeCloneEliminationPass.__name__)
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"FX_ALIASING_VLLM": "1"}, "rewrite.vllm.CloneEliminationPass"),
+        ({"FX_ALIASING_VLLM": "1", "VLLM_PLUGINS": "fx_aliasing"}, "rewrite.vllm.CloneEliminationPass"),
+        ({}, "vllm.compilation.passes.ir.clone_elimination.UnsafeCloneEliminationPass"),
+        ({"FX_ALIASING_VLLM": "0"}, "vllm.compilation.passes.ir.clone_elimination.UnsafeCloneEliminationPass"),
+        ({"FX_ALIASING_VLLM": "1", "VLLM_PLUGINS": "other"}, "vllm.compilation.passes.ir.clone_elimination.UnsafeCloneEliminationPass"),
+    ],
+    ids=["enabled", "enabled-allow-listed", "unset", "disabled", "not-allow-listed"],
+)
+def test_general_plugin_through_vllms_plugin_loader(env: dict[str, str], expected: str) -> None:
+    """The package's ``vllm.general_plugins`` entry point, loaded by vLLM's own loader in a fresh process."""
+    import os
+    import subprocess
+    import sys
+    from importlib.metadata import entry_points
+
+    (ep,) = [e for e in entry_points(group="vllm.general_plugins") if e.name == "fx_aliasing"]
+    assert ep.value == "rewrite.vllm:plugin"
+    clean = {k: v for k, v in os.environ.items() if k not in ("FX_ALIASING_VLLM", "VLLM_PLUGINS")}
+    done = subprocess.run(
+        [sys.executable, "-c", _PLUGIN_PROBE], env={**clean, **env}, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == expected

@@ -1,8 +1,11 @@
 """Testing tools for fx-aliasing users: real-execution oracles and property-based fuzzing.
 
 - :func:`check_equivalent` runs an original and a rewritten program on the same
-  real inputs and raises :class:`NotEquivalent` naming the soundness clause that failed,
-  or :class:`OracleError` when it cannot judge (the original raises, nothing to compare).
+  real inputs from the same random-number-generator state, compares outputs and final
+  inputs exactly (bitwise; a tolerance only when asked for), raising and the generators'
+  final state, and raises :class:`NotEquivalent` naming the soundness clause that failed,
+  or :class:`OracleError` when it cannot judge (inputs that do not fit the original's
+  signature, nothing to compare).
 - :func:`check_analysis` runs a graph on real tensors and checks that an
   :class:`aliasing.AliasAnalysis` never says "no alias", "no overlap" or
   "no writer" where real memory says otherwise.

@@ -1,41 +1,72 @@
 """Check that a rewritten program is equivalent to the original, by real execution.
 
 :func:`check_equivalent` runs an original and a rewritten program on fresh copies of
-the same real inputs and checks the four soundness clauses of docs/DESIGN.md.  The first
-clause that fails raises :class:`rewrite.errors.NotEquivalent`, whose ``clause`` is:
+the same real inputs, both from the same random-number-generator state, and checks the
+soundness clauses of docs/DESIGN.md.  The first clause that fails raises
+:class:`rewrite.errors.NotEquivalent`, whose ``clause`` is:
 
 1. ``"output"``: every output of the rewritten program equals the original's output
-   at the same position: values (exact for integers and booleans, close with
-   ``torch.testing`` default tolerances for floating point, NaN equal to NaN), dtype,
-   shape, and the layout the original produced (strides of dimensions longer than
-   one, storage offset).  Non-tensor outputs are compared with ``==``.
+   at the same position: dtype, shape, device, layout (strided, sparse...), for a
+   strided tensor the layout the original produced (strides of dimensions longer
+   than one, storage offset), and the values, **exactly** by default: floating-point
+   and complex values bitwise, except that NaN equals NaN at the same position
+   whatever its sign and payload (so ``0.0`` and ``-0.0`` differ: ``1 / x`` tells
+   them apart); integers and booleans by ``==``.  Non-tensor outputs are compared
+   with ``==`` (a Python float also by the sign of a zero, NaN equal to NaN).
 2. ``"input-mutation"``: every non-donated input, parameter, buffer and tensor
-   constant ends with the same value (and layout) after both runs.  Donated inputs
-   are skipped: their final value is unspecified.
+   constant ends with the same value (and layout) after both runs, compared as
+   outputs are.  Donated inputs are skipped: their final value is unspecified.
 3. ``"new-aliasing"``: the rewritten program's outputs share no storage that the
    original's outputs did not share at the same positions: output with a
    non-donated input, output with a parameter, buffer or constant, output with
    another output.  An output may take over a donated input's storage.
-4. ``"raises"``: the rewritten program raised where the original did not.
+4. ``"raises"``: the two programs disagree on raising: only the rewritten program
+   raised, or the original raised and the rewritten one returned normally (a
+   runtime check was erased) or raised an exception of another type.  When both
+   raise exceptions of the same type (the messages may differ) they agree on these
+   inputs and nothing else is compared: what a raising program leaves behind in its
+   inputs is unspecified.
+5. ``"rng-state"``: the random-number generators end in different states: the CPU
+   default generator, every CUDA device's default generator when CUDA is available,
+   and every ``torch.Generator`` passed among the inputs.  A rewrite that adds,
+   drops or reorders a random op (even one whose result is unused) draws a
+   different amount of randomness, which later code would see.
+
+Both runs start from the generators' state as :func:`check_equivalent` finds it
+(after it has called an ``example_inputs`` factory), so a program with
+``torch.rand``, dropout or ``bernoulli_`` equals an unmodified copy of itself; that
+state is restored when the check returns, so the oracle draws no random numbers
+of its own.
+
+**Tolerance.**  ``rtol`` and ``atol`` (keyword-only, ``None`` by default) switch the
+comparison of floating-point and complex values (outputs, final inputs and module
+state; Python floats too) from bitwise to ``|got - expected| <= atol + rtol *
+|expected|``, NaN equal to NaN; the one not given is ``0``.  Integers, booleans,
+metadata, aliasing, raising and the generators' state stay exact.  Use it only
+where rounding legitimately differs, for example a compiled program (Inductor
+reorders and fuses floating-point arithmetic) judged against eager.  Exact
+comparison assumes deterministic kernels, as on CPU; on CUDA set
+``torch.use_deterministic_algorithms(True)`` or pass a tolerance.
 
 The oracle refuses to judge, with :class:`OracleError` (not a
 :class:`~rewrite.errors.NotEquivalent`, and never a silent pass), when a check
 would be vacuous: ``reason`` is
 
-- ``"original-raises"``: the original program raised on the inputs (wrong number
-  of inputs, shapes it rejects...), whether or not the rewritten one raised too.
-  A rewrite is only judged on inputs the original accepts (docs/DESIGN.md: "for every
-  input satisfying G's assumptions").
+- ``"bad-inputs"``: the inputs do not fit the original program's signature (too
+  few or too many positional inputs), so neither program ran.  A program whose
+  signature takes ``*args`` raises ``TypeError`` instead, and clause 4 judges it.
 - ``"nothing-compared"``: every clause passed, but no tensor with data took part:
-  the original returned no tensor on a real device, and no non-donated tensor
-  input or module state lives on one (for example, every tensor is on the
-  ``meta`` device, or the program returns no tensor and has nothing to mutate).
+  the original returned no tensor on a real device, no non-donated tensor input or
+  module state lives on one, and it drew no random numbers (for example, every
+  tensor is on the ``meta`` device, or the program returns no tensor and has
+  nothing to mutate).
 
 Inputs are copied so that each input keeps its sizes, strides and storage offset,
 and inputs (and module state) that share a storage share one fresh storage in the
-copy.  Module state (parameters, buffers, tensor attributes) is replaced by such
-copies for the duration of each run, so a run that mutates a buffer does not leak
-into the other one.  Both programs run under ``torch.no_grad()``.
+copy; a ``torch.Generator`` input is copied with its state.  Module state
+(parameters, buffers, tensor attributes) is replaced by such copies for the
+duration of each run, so a run that mutates a buffer does not leak into the other
+one.  Both programs run under ``torch.no_grad()``.
 
 :func:`copy_program` gives a pass an independent program to rewrite.
 """
@@ -43,6 +74,8 @@ into the other one.  Both programs run under ``torch.no_grad()``.
 from __future__ import annotations
 
 import copy
+import inspect
+import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -67,25 +100,28 @@ class OracleError(AliasingError):
 
     Not a :class:`~rewrite.errors.NotEquivalent` (nor an ``AssertionError``): no
     difference was found, the check itself could not be made.  ``reason`` is
-    ``"original-raises"`` (the original program raised on the given inputs;
-    ``error`` is what it raised) or ``"nothing-compared"`` (no tensor with data
-    took part in the comparison).
+    ``"bad-inputs"`` (the inputs do not fit the original program's signature;
+    ``error`` is the ``TypeError`` binding them raised) or ``"nothing-compared"``
+    (no tensor with data took part in the comparison).  An original program that
+    raises on the inputs is judged, not refused (clause ``"raises"``).
 
     Examples
     --------
     >>> import torch
     >>> gm = torch.fx.symbolic_trace(lambda x: x + 1)
     >>> try:
-    ...     check_equivalent(gm, gm, [])  # the original rejects zero inputs
+    ...     check_equivalent(gm, gm, [])  # the original takes one input, not zero
     ... except OracleError as err:
     ...     print(err.reason)
-    original-raises
+    bad-inputs
     """
 
     def __init__(self, reason: str, message: str, error: BaseException | None = None) -> None:
         self.reason = reason
         self.error = error
         super().__init__(f"[{reason}] {message}")
+
+
 _StateSlot = tuple[torch.nn.Module, str, str]  # (owner module, "param"|"buffer"|"attr", name)
 _StorageKey = tuple[str, int]
 
@@ -177,8 +213,14 @@ def check_equivalent(
     example_inputs: Sequence[Any] | Callable[[], Sequence[Any]],
     *,
     donated_inputs: Sequence[int] = (),
+    rtol: float | None = None,
+    atol: float | None = None,
 ) -> None:
     """Raise :class:`NotEquivalent` unless ``rewritten`` behaves as ``original``.
+
+    Both programs run on fresh copies of the inputs from the same random-number
+    generator state; outputs, final inputs and module state are compared exactly
+    (floating point bitwise, NaN equal to NaN) unless a tolerance is given.
 
     Parameters
     ----------
@@ -186,22 +228,33 @@ def check_equivalent(
         GraphModules, or ExportedPrograms (run through ``.module()``).
     example_inputs
         Real inputs (tensors and other values; for an ExportedProgram the user
-        inputs), or a zero-argument callable returning them (called once).  Each
-        run gets fresh copies that keep layouts and storage sharing.
+        inputs), or a zero-argument callable returning them (called once, before
+        the generators' state is saved).  Each run gets fresh copies that keep
+        layouts and storage sharing.
     donated_inputs
         Positions of donated inputs: placeholder positions of ``original``'s graph.
         For a GraphModule they index the flattened inputs; for an ExportedProgram
         they are translated through its graph signature to user inputs.
+    rtol, atol
+        Relative and absolute tolerance for floating-point and complex values; both
+        ``None`` (the default) compares them bitwise.  Giving one switches to
+        ``|got - expected| <= atol + rtol * |expected|`` with the other ``0``.
+        Only for programs whose rounding legitimately differs (compiled against
+        eager); integers, metadata, aliasing, raising and RNG state stay exact.
 
     Raises
     ------
     NotEquivalent
         With ``clause`` one of ``"output"``, ``"input-mutation"``,
-        ``"new-aliasing"``, ``"raises"`` (see the module docstring).
+        ``"new-aliasing"``, ``"raises"``, ``"rng-state"`` (see the module
+        docstring).  An original that raises is judged: the rewrite must raise an
+        exception of the same type.
     OracleError
-        When the check cannot be made: the original program raises on the inputs
-        (``reason="original-raises"``, also when both raise), or no tensor with
-        data could be compared (``reason="nothing-compared"``).
+        When the check cannot be made: the inputs do not fit the original's
+        signature (``reason="bad-inputs"``), or no tensor with data could be
+        compared (``reason="nothing-compared"``).
+    ValueError
+        When ``rtol`` or ``atol`` is negative or not a number.
 
     Examples
     --------
@@ -213,36 +266,63 @@ def check_equivalent(
     Traceback (most recent call last):
     ...
     rewrite.errors.NotEquivalent: [new-aliasing] output 0 shares storage with input 0 ...
+
+    Summing in another order changes the last bit on these inputs: caught by
+    default, accepted with an explicit tolerance.
+
+    >>> total = torch.fx.symbolic_trace(lambda x: x.sum())
+    >>> reordered = torch.fx.symbolic_trace(lambda x: x.flip(0).sum())
+    >>> x = torch.tensor([1.0, 2.0**-24, 2.0**-24])
+    >>> check_equivalent(total, reordered, [x])
+    Traceback (most recent call last):
+    ...
+    rewrite.errors.NotEquivalent: [output] output 0: values differ ...
+    >>> check_equivalent(total, reordered, [x], rtol=1e-6)
+
+    A random op draws the same numbers in both runs; an extra draw is caught.
+
+    >>> noise = torch.fx.symbolic_trace(lambda x: x + torch.rand(2))
+    >>> def more_noise(x):
+    ...     torch.rand(1)  # unused, but it advances the generator
+    ...     return x + torch.rand(2)
+    >>> check_equivalent(noise, noise, [torch.ones(2)])
+    >>> check_equivalent(noise, torch.fx.symbolic_trace(more_noise), [torch.ones(2)])
+    Traceback (most recent call last):
+    ...
+    rewrite.errors.NotEquivalent: [output] output 0: values differ ...
     """
     raw = example_inputs() if callable(example_inputs) else example_inputs
+    tolerance = _tolerance(rtol, atol)
     donated = _donated_leaves(original, frozenset(donated_inputs))
-    run_a = _Run(original, raw)
+    module_a, module_b = _as_module(original), _as_module(rewritten)
+    _check_signature(module_a, raw)
+    start = _rng_snapshot()
+    try:
+        run_a = _Run(module_a, raw, start)
+        run_b = _Run(module_b, raw, start)
+    finally:
+        _rng_restore(start)
     if run_a.error is not None:
-        err = run_a.error
-        raise OracleError(
-            "original-raises",
-            f"the original program raised {type(err).__name__} on these inputs, so no rewrite can be judged "
-            f"on them: {err}",
-            err,
-        ) from err
-    run_b = _Run(rewritten, raw)
+        _judge_raising_original(run_a.error, run_b.error)
+        return
     if run_b.error is not None:
         err = run_b.error
         raise NotEquivalent("raises", f"only the rewritten program raised {type(err).__name__}: {err}")
     if run_a.out_spec != run_b.out_spec:
         raise NotEquivalent("output", f"output structure differs: {run_a.out_spec} vs {run_b.out_spec}")
     for i, (a, b) in enumerate(zip(run_a.outputs, run_b.outputs)):
-        problem = _difference(a, b)
+        problem = _difference(a, b, tolerance)
         if problem:
             raise NotEquivalent("output", f"output {i}: {problem}")
     for i, (a, b) in enumerate(zip(run_a.inputs, run_b.inputs)):
-        problem = None if i in donated else _difference(a, b)
+        skip = i in donated or isinstance(a, torch.Generator)  # generators: clause 5
+        problem = None if skip else _difference(a, b, tolerance)
         if problem:
             raise NotEquivalent("input-mutation", f"input {i} ends differently: {problem}")
     for name in sorted(run_a.state.keys() | run_b.state.keys()):
         # state that only one program has is left alone by the other: it keeps its initial value
         final_a = run_a.state.get(name, run_b.initial.get(name))
-        problem = _difference(final_a, run_b.state.get(name, run_a.initial.get(name)))
+        problem = _difference(final_a, run_b.state.get(name, run_a.initial.get(name)), tolerance)
         if problem:
             raise NotEquivalent("input-mutation", f"module state {name!r} ends differently: {problem}")
     new_pairs = sorted(run_b.sharing(donated) - run_a.sharing(donated))
@@ -252,35 +332,120 @@ def check_equivalent(
             "new-aliasing",
             f"output {out} shares storage with {other} in the rewritten program, not in the original",
         )
-    if not run_a.compared_data(donated):
+    for label, final_a, final_b in _generator_states(run_a, run_b):
+        if not torch.equal(final_a, final_b):
+            raise NotEquivalent(
+                "rng-state",
+                f"the {label} ends in another state after the rewritten program: it draws a different amount "
+                "of randomness (a random op added, dropped or reordered)",
+            )
+    drew = any(not torch.equal(s, e) for (_, s), (_, e) in zip(start, run_a.rng))
+    if not run_a.compared_data(donated) and not drew:
         raise OracleError(
             "nothing-compared",
-            "no tensor with data was compared: the original returns no tensor off the meta device and has no "
-            "non-donated tensor input or module state off it that a run could mutate",
+            "no tensor with data was compared: the original returns no tensor off the meta device, has no "
+            "non-donated tensor input or module state off it that a run could mutate, and draws no random numbers",
         )
 
 
-class _Run:
-    """One execution of a program on fresh copies of the inputs and module state."""
+Tolerance = tuple[float, float] | None  # (rtol, atol); None compares bitwise
 
-    def __init__(self, program: ProgramLike, raw_inputs: Sequence[Any]) -> None:
-        module = program.module() if isinstance(program, ExportedProgram) else program
+
+def _tolerance(rtol: float | None, atol: float | None) -> Tolerance:
+    if rtol is None and atol is None:
+        return None
+    pair = (0.0 if rtol is None else rtol, 0.0 if atol is None else atol)
+    for name, value in zip(("rtol", "atol"), pair):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"{name} must be a non-negative number or None, not {value!r}")
+    return (float(pair[0]), float(pair[1]))
+
+
+def _as_module(program: ProgramLike) -> torch.nn.Module:
+    """What runs: the program itself, or an ExportedProgram's ``.module()``."""
+    return program.module() if isinstance(program, ExportedProgram) else program
+
+
+def _check_signature(module: torch.nn.Module, raw_inputs: Sequence[Any]) -> None:
+    """Raise ``OracleError("bad-inputs")`` when the inputs cannot bind to the module's ``forward``."""
+    try:
+        signature = inspect.signature(module.forward)
+    except (TypeError, ValueError):  # no signature to read: the run itself decides
+        return
+    try:
+        signature.bind(*raw_inputs)
+    except TypeError as err:
+        raise OracleError(
+            "bad-inputs",
+            f"the inputs do not fit the original program's signature {signature}, so neither program ran: {err}",
+            err,
+        ) from err
+
+
+def _judge_raising_original(err_a: Exception, err_b: Exception | None) -> None:
+    """Clause 4 when the original raised: the rewrite must raise an exception of the same type."""
+    what = f"the original program raised {type(err_a).__name__} ({_first_line(err_a)})"
+    if err_b is None:
+        raise NotEquivalent("raises", f"{what} but the rewritten program returned normally")
+    if type(err_b) is not type(err_a):
+        raise NotEquivalent(
+            "raises", f"{what} but the rewritten program raised {type(err_b).__name__}: {_first_line(err_b)}"
+        )
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else "no message"
+
+
+_RngSnapshot = list[tuple[str, torch.Tensor]]  # (generator label, state) in a fixed order
+
+
+def _rng_snapshot() -> _RngSnapshot:
+    """The state of the CPU default generator and, when CUDA is available, every CUDA device's."""
+    states = [("CPU default generator", torch.get_rng_state())]
+    if torch.cuda.is_available():
+        states += [(f"default generator of cuda:{i}", s) for i, s in enumerate(torch.cuda.get_rng_state_all())]
+    return states
+
+
+def _rng_restore(states: _RngSnapshot) -> None:
+    torch.set_rng_state(states[0][1])
+    if len(states) > 1:
+        torch.cuda.set_rng_state_all([s for _, s in states[1:]])
+
+
+def _generator_states(run_a: _Run, run_b: _Run) -> Iterator[tuple[str, torch.Tensor, torch.Tensor]]:
+    """(label, final state after the original, after the rewrite) for every generator, defaults first."""
+    for (label, a), (_, b) in zip(run_a.rng, run_b.rng):
+        yield label, a, b
+    for i, (a, b) in enumerate(zip(run_a.inputs, run_b.inputs)):
+        if isinstance(a, torch.Generator) and isinstance(b, torch.Generator):
+            yield f"generator passed as input {i}", a.get_state(), b.get_state()
+
+
+class _Run:
+    """One execution of a program on fresh copies of the inputs and module state, from ``rng``."""
+
+    def __init__(self, module: torch.nn.Module, raw_inputs: Sequence[Any], rng: _RngSnapshot) -> None:
         leaves, in_spec = pytree.tree_flatten(list(raw_inputs))
         slots = _state_slots(module)
         originals = {name: _read_slot(slot) for name, slot in slots.items()}
         tensors = [x for x in leaves if isinstance(x, torch.Tensor)] + list(originals.values())
         fresh = _clone_tensors(tensors)
-        self.inputs = [fresh.get(id(x), x) if isinstance(x, torch.Tensor) else x for x in leaves]
+        self.inputs = [_fresh_leaf(x, fresh) for x in leaves]
         self.error: Exception | None = None
         self.outputs: list[Any] = []
         self.out_spec: pytree.TreeSpec | None = None
         with _swapped_state(slots, {n: fresh[id(t)] for n, t in originals.items()}) as final:
+            _rng_restore(rng)
             try:
                 with torch.no_grad():
                     result = module(*pytree.tree_unflatten(self.inputs, in_spec))
                 self.outputs, self.out_spec = pytree.tree_flatten(result)
-            except Exception as err:  # clause 4, and the oracle's refusal when the original raises
+            except Exception as err:  # clause 4
                 self.error = err
+            self.rng = _rng_snapshot()
         self.state: dict[str, torch.Tensor] = final
         self.initial: dict[str, torch.Tensor] = originals
 
@@ -388,32 +553,108 @@ def _clone_one(t: torch.Tensor, storages: dict[_StorageKey, torch.UntypedStorage
     return copy_.requires_grad_(t.requires_grad) if t.requires_grad and copy_.is_leaf else copy_
 
 
-def _difference(a: Any, b: Any) -> str | None:
+def _fresh_leaf(x: Any, fresh: dict[int, torch.Tensor]) -> Any:
+    """The copy of one input leaf a run gets: tensors from ``fresh``, generators with their state."""
+    if isinstance(x, torch.Tensor):
+        return fresh.get(id(x), x)
+    if isinstance(x, torch.Generator):
+        generator = torch.Generator(device=x.device)
+        generator.set_state(x.get_state())
+        return generator
+    return x
+
+
+def _difference(a: Any, b: Any, tolerance: Tolerance = None) -> str | None:
     """Describe how ``b`` differs from the reference ``a``, or return None."""
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
             return f"expected {_brief(a)}, got {_brief(b)}"
-        same = a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
-        return None if same else f"expected {a!r}, got {b!r}"
-    for what in ("dtype", "shape", "device"):
+        return None if _same_scalar(a, b, tolerance) else f"expected {a!r}, got {b!r}"
+    for what in ("dtype", "shape", "device", "layout"):
         if getattr(a, what) != getattr(b, what):
             return f"{what} {getattr(b, what)} instead of {getattr(a, what)}"
-    if a.numel() > 0:
+    if a.layout == torch.strided and a.numel() > 0:
         if a.storage_offset() != b.storage_offset():
             return f"storage offset {b.storage_offset()} instead of {a.storage_offset()}"
         if any(n > 1 and sa != sb for n, sa, sb in zip(a.shape, a.stride(), b.stride())):
             return f"strides {b.stride()} instead of {a.stride()}"
+    if a.is_meta or b.is_meta:  # no data: the metadata above is all there is
+        return None
+    if tolerance is not None and (a.is_floating_point() or a.is_complex()):
+        rtol, atol = tolerance
+        try:
+            torch.testing.assert_close(b.detach(), a.detach(), rtol=rtol, atol=atol, equal_nan=True, check_stride=False)
+        except AssertionError as err:
+            detail = "; ".join(line.strip() for line in str(err).splitlines()[1:] if line.strip())
+            within = f"rtol={rtol:g}, atol={atol:g}"
+            return f"values differ beyond {within} ({detail}): expected {_brief(a)}, got {_brief(b)}"
+        return None
+    flat_a, flat_b = _flat(a), _flat(b)
+    differs = _mismatch(flat_a, flat_b)
+    count = int(differs.sum())
+    if count == 0:
+        return None
+    first = int(differs.nonzero()[0, 0])
+    return (
+        f"values differ (compared bitwise, NaN equal to NaN; {count} of {differs.numel()} elements, the first at "
+        f"flat index {first}: expected {flat_a[first].item()!r}, got {flat_b[first].item()!r}): "
+        f"expected {_brief(a)}, got {_brief(b)}"
+    )
+
+
+def _same_scalar(a: Any, b: Any, tolerance: Tolerance) -> bool:
+    """Non-tensor values: ``==``; floats also by the sign of zero, NaN equal to NaN, or within ``tolerance``."""
+    numbers = (float, complex)
+    if isinstance(a, numbers) and isinstance(b, numbers) and not isinstance(a, bool) and not isinstance(b, bool):
+        if _is_nan(a) and _is_nan(b):
+            return True
+        if tolerance is not None:
+            rtol, atol = tolerance
+            return bool(a == b or abs(b - a) <= atol + rtol * abs(a))
+        if isinstance(a, float) and isinstance(b, float):
+            return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    return bool(a == b)
+
+
+def _is_nan(x: float | complex) -> bool:
+    return math.isnan(x) if isinstance(x, float) else math.isnan(x.real) or math.isnan(x.imag)
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """The logical values of ``t`` as a dense, contiguous, one-dimensional tensor of its dtype."""
+    t = t.detach()
+    if t.is_quantized:
+        t = t.dequantize()
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    # a fresh dense copy: contiguous() keeps odd strides of size-one dimensions, which view(dtype) rejects
+    return t.resolve_conj().resolve_neg().reshape(-1).clone(memory_format=torch.contiguous_format)
+
+
+def _mismatch(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per element of two flat tensors of one dtype: whether their bits differ (NaN equal to NaN)."""
+    if a.is_complex():
+        real_a, real_b = torch.view_as_real(a).reshape(-1), torch.view_as_real(b).reshape(-1)
+        return _mismatch(real_a, real_b).view(-1, 2).any(-1)
+    size = a.element_size()
+    differs = (a.view(torch.uint8).view(-1, size) != b.view(torch.uint8).view(-1, size)).any(-1)
+    if a.is_floating_point():
+        differs &= ~(_isnan(a) & _isnan(b))
+    return differs
+
+
+def _isnan(t: torch.Tensor) -> torch.Tensor:
     try:
-        torch.testing.assert_close(b.detach(), a.detach(), equal_nan=True, check_stride=False)
-    except AssertionError as err:
-        detail = "; ".join(line.strip() for line in str(err).splitlines()[1:] if line.strip())
-        return f"values differ ({detail}): expected {_brief(a)}, got {_brief(b)}"
-    return None
+        return t.isnan()
+    except (RuntimeError, NotImplementedError):  # dtypes without isnan (some float8 formats)
+        return t.float().isnan()
 
 
 def _brief(x: Any) -> str:
     if not isinstance(x, torch.Tensor):
         return repr(x)
-    values = x.detach().flatten()[:6].tolist()
+    if x.is_meta:
+        return f"tensor{tuple(x.shape)} {x.dtype} on meta"
+    values = _flat(x)[:6].tolist()
     more = ", ..." if x.numel() > 6 else ""
     return f"tensor{tuple(x.shape)} {x.dtype} {str(values)[:-1]}{more}]"

@@ -2,8 +2,9 @@
 
 :func:`greedy_removable` is the reference: it tries to remove each clone of a
 program in graph order, on top of the removals kept so far, and keeps a removal
-when the four soundness clauses of :func:`rewrite.testing.check_equivalent`
-(outputs with their layout, input mutations, no new aliasing, no new raise)
+when the soundness clauses of :func:`rewrite.testing.check_equivalent`
+(outputs with their layout, bitwise; input mutations; no new aliasing; the same
+raises; the RNG state)
 hold against the *original* program on several independent input draws. It
 answers "what can go, as far as running the program shows", which no static
 analysis can beat by more than luck (a removal it rejects changes a result on

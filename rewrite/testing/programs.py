@@ -27,7 +27,8 @@ the memory an op reads is either disjoint from the memory it writes or
 exactly the same tensor region (so results never depend on iteration order).
 
 :func:`check_pass` runs any pass on a copy of a drawn program and checks the
-four soundness clauses with :func:`rewrite.testing.check_equivalent`.
+soundness clauses with :func:`rewrite.testing.check_equivalent` (outputs
+bitwise, input mutations, no new aliasing, the same raises, the RNG state).
 """
 
 from __future__ import annotations
@@ -325,7 +326,7 @@ def _elements(t: torch.Tensor) -> frozenset[int]:
 
 def _clone_keeps_layout(t: torch.Tensor) -> bool:
     """Whether ``t.clone()`` has ``t``'s strides and storage offset."""
-    return t.storage_offset() == 0 and t.clone().stride() == t.stride()
+    return bool(t.storage_offset() == 0 and t.clone().stride() == t.stride())
 
 
 def _broadcasts_to(src: Sequence[int], dst: Sequence[int]) -> bool:
@@ -687,7 +688,7 @@ class _Builder:
         # is not always masked by later reads and writes of both sides).
         self._focus_off = self._int(0, 1) == 1
 
-    def _draw_pattern(self) -> None:
+    def _draw_pattern(self, which: int | None = None) -> None:
         """A clone, then one of the patterns a precise pass must see through (issue 13).
 
         - an unused layout-changing clone (``v.contiguous()`` of a non-contiguous value);
@@ -702,11 +703,19 @@ class _Builder:
         - a write of one side, then a full overwrite (``zero_``, ``fill_``, ``copy_``
           of the whole region) of the other;
         - the clone written and read, then a dead ``index_put_`` of the original
-          (an indexing op that can raise only on its indices).
+          (an indexing op that can raise only on its indices);
+        - the clone written, a value made from it (``c.cumsum(0)``), a second
+          clone of the original, a dead ``_to_copy`` of that value (a clone
+          candidate that changes the dtype) and an ``out=`` write of it into the
+          second clone: two dead clones (C10) and a dead candidate erased alone,
+          whose groups share the value they read (``torch.add(s, 1.0, out=c1)``).
+          Only sizes of the original decide it, so it traces in symbolic mode
+          too.
 
         Most end with a read of one side.
         """
-        which = self._int(0, 7)
+        if which is None:
+            which = self._int(0, 8)
         if which <= 1:
             strided = [v for v in self.values if not v.tensor.is_contiguous() and v.tensor.numel() > 1]
             if not strided:
@@ -760,6 +769,15 @@ class _Builder:
                 first = self._choice(["{c}.mul_(2.0)"] + (["{o}.add_(1.0)"] if o_writable else []))
                 self._emit(first.format(c=c.name, o=o.name), "inplace", bind=False)
             self._emit(self._choice(forms).format(c=c.name, o=o.name), "inplace", bind=self._bind_inplace())
+        elif which == 8:  # two dead clones and a dead _to_copy candidate reading what both groups share
+            self._emit(self._choice(["{c}.add_(1.0)", "{c}.mul_(2.0)"]).format(c=c.name), "inplace", bind=False)
+            self._emit(self._choice(["{c}.cumsum(0)", "{c} * 2.0"]).format(c=c.name), "fresh")
+            value = self.values[-1].name
+            self._emit(f"{o.name}.clone()", "clone", original=o.name)
+            second = self.values[-1].name
+            self._emit(f"{value}.to(torch.float64)", "fresh")
+            out_op, operand = self._choice([("add", "1.0"), ("mul", "2.0")])
+            self._emit(f"torch.{out_op}({value}, {operand}, out={second})", "inplace", bind=False)
         elif which == 7:  # the clone written and read, then a dead indexing write of the original
             if not o_writable or o.tensor.dim() == 0:
                 raise _Rejected("original not writable, or a scalar")
@@ -1261,14 +1279,18 @@ def _programs(
             break
         attempts += 1
         draw(_statement(builder))
-    outputs = builder.outputs(draw, max_outputs)
+    return _finish(builder, builder.outputs(draw, max_outputs), donated=donated, seed=seed)
+
+
+def _finish(builder: _Builder, outputs: Sequence[str], *, donated: tuple[int, ...], seed: int) -> Program:
+    """The program of ``builder``'s statements, returning ``outputs``."""
     params = ", ".join(builder.input_names)
     body = [f"    {line}" for line in builder.lines]
     body.append(f"    return ({outputs[0]},)" if len(outputs) == 1 else f"    return ({', '.join(outputs)})")
     function_source = f"def program({params}):\n" + "\n".join(body) + "\n"
     return Program(
         function_source=function_source,
-        inputs_source=inputs_source,
+        inputs_source=builder.inputs_source,
         donated_inputs=donated,
         seed=seed,
         num_ops=len(builder.lines),
@@ -1384,8 +1406,21 @@ def programs(
 PassFn = Callable[[torch.fx.GraphModule], object]
 
 
-def check_pass(pass_fn: PassFn, program: Program, *, strict: bool = True) -> torch.fx.GraphModule:
+def check_pass(
+    pass_fn: PassFn,
+    program: Program,
+    *,
+    strict: bool = True,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> torch.fx.GraphModule:
     """Run ``pass_fn`` on a copy of ``program``'s graph and check the result is equivalent.
+
+    The check is :func:`rewrite.testing.check_equivalent`'s: outputs compared
+    bitwise (NaN equal to NaN) with their dtype, shape and strides, input
+    mutations, no new aliasing, raising (an original that raises needs a rewrite
+    that raises the same exception type), and the random-number generators' final
+    state, both programs starting from the same generator state.
 
     Parameters
     ----------
@@ -1396,6 +1431,10 @@ def check_pass(pass_fn: PassFn, program: Program, *, strict: bool = True) -> tor
         A drawn program (from :func:`programs`); its own graph is never touched.
     strict : bool
         Also require the rewritten graph to pass ``graph.lint()``.
+    rtol, atol : float, optional
+        A tolerance for floating-point values, passed to ``check_equivalent``;
+        ``None`` (the default) compares them bitwise.  Only for a pass whose
+        rounding legitimately differs (one that reorders arithmetic on purpose).
 
     Returns
     -------
@@ -1410,7 +1449,7 @@ def check_pass(pass_fn: PassFn, program: Program, *, strict: bool = True) -> tor
     RewriteError
         In strict mode, when the rewritten graph fails ``graph.lint()``.
     OracleError
-        When the original program raises on its own inputs, or nothing could be
+        When the program's inputs do not fit its signature, or nothing could be
         compared (see :func:`rewrite.testing.check_equivalent`): a generator bug,
         never a verdict on the pass; the message ends with ``program.source()``.
 
@@ -1445,7 +1484,12 @@ def check_pass(pass_fn: PassFn, program: Program, *, strict: bool = True) -> tor
             raise RewriteError(f"rewritten graph fails lint: {err}\n\n{_repro_note(program)}") from err
     try:
         check_equivalent(
-            program.graph_module, rewritten, program.make_inputs, donated_inputs=program.donated_inputs
+            program.graph_module,
+            rewritten,
+            program.make_inputs,
+            donated_inputs=program.donated_inputs,
+            rtol=rtol,
+            atol=atol,
         )
     except NotEquivalent as err:
         message = str(err).split("] ", 1)[-1]

@@ -1,0 +1,333 @@
+"""Every ATen overload of the installed torch, classified by how its memory effects are known.
+
+Schemas are evidence, not proof, and the op set changes with every release
+(torch 2.14 added ``shallow_copy_data_``, which gives its first argument the
+storage of its second, as ``set_`` does, while its schema only says "writes
+self"). This module classifies each overload registered with the dispatcher
+in the ``aten`` namespace into one :data:`KINDS` entry:
+
+``pure``
+    no alias or mutation annotation and no metadata tag: the schema says it all.
+``schema-out``
+    every written argument is keyword-only (``out=``); resizing them is handled
+    by :func:`aliasing.effects.metadata_written`.
+``schema-inplace``
+    writes exactly its first argument, tagged ``inplace`` or named as an
+    in-place variant (``add_``, ``__iand__``), and the functional op it is a
+    variant of exists: an in-place version of an ordinary op.
+``schema-alias``
+    writes nothing and declares that its results may alias its arguments: the
+    analysis takes the alias as declared.
+``metadata-mutating``
+    changes an argument's storage, sizes or strides in place
+    (:data:`METADATA_MUTATING`, or tagged ``inplace_view``): the analysis makes
+    the value unknown.
+``hidden-effects``
+    has an entry in :data:`aliasing.hidden_effects.HIDDEN_EFFECTS`.
+``reviewed``
+    none of the rules above fit, and a person read the op and recorded why its
+    schema is complete (:data:`REVIEWED`).
+``unclassified``
+    none of the above: the effects table treats every call as an unknown op
+    (it may read, write and alias everything it reaches), and the registry
+    check (``python -m aliasing.audit --registry``, tests/test_registry.py)
+    fails until the op is reviewed.
+
+The classification of each supported torch release is committed in
+``aliasing/registry_data/torch-<major>.<minor>.tsv``, so what a release
+changed is a readable diff, and the check compares the installed torch with it.
+
+Example
+-------
+>>> import torch
+>>> from aliasing.registry import classify
+>>> classify(torch.ops.aten.add_.Tensor).kind
+'schema-inplace'
+>>> classify(torch.ops.aten.set_.source_Tensor).kind
+'metadata-mutating'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import NamedTuple
+
+import torch
+
+from .hidden_effects import HIDDEN_EFFECTS
+
+__all__ = [
+    "KINDS",
+    "METADATA_MUTATING",
+    "REVIEWED",
+    "Classification",
+    "RegistryDiff",
+    "classify",
+    "classify_installed",
+    "committed_path",
+    "compare_with_committed",
+    "read_classification",
+    "torch_release",
+    "write_classification",
+]
+
+KINDS = (
+    "pure",
+    "schema-out",
+    "schema-inplace",
+    "schema-alias",
+    "metadata-mutating",
+    "hidden-effects",
+    "reviewed",
+    "unclassified",
+)
+
+#: Ops (schema names, every overload) that change an argument's storage, sizes or strides in place.
+#: Ops tagged ``inplace_view`` (``t_``, ``as_strided_``, ...) are metadata-mutating as well.
+METADATA_MUTATING = frozenset(
+    {
+        "aten::set_",  # takes another storage (or an empty one)
+        "aten::_unsafe_set",
+        "aten::set_data",  # ``x.data = y``: x takes y's storage and metadata
+        "aten::shallow_copy_data_",  # torch 2.14: x takes source's storage, as set_ (AOTAutograd's ``x.data = ...``)
+        "aten::swap_",
+        "aten::resize_",
+        "aten::resize_as_",
+        "aten::_resize_output_",
+        "aten::resize_as_sparse_",
+        "aten::sparse_resize_",
+        "aten::sparse_resize_and_clear_",
+        "aten::_coalesced_",  # changes a sparse tensor's flags
+    }
+)
+
+_FOREACH = "foreach in-place op: writes the tensors of its first (list) argument, values only"
+_OPTIMIZER = "fused optimizer step: writes the declared tensor lists' values in place; no metadata change"
+_OUT_POSITIONAL = "out-style op whose output tensor is positional: writes only the declared argument's values"
+_AMP = "AMP scaler op: writes the declared found_inf / growth_tracker / scale values in place"
+_RANDOM_INIT = "initialiser: fills the declared tensor's values (random or constant), metadata unchanged"
+_INPLACE_NO_FUNCTIONAL = "in-place op over its first argument's values; no functional variant of the same name"
+_NOISE = "writes the declared noise tensor's values (training mode); the result is fresh"
+_QUANT = "fake-quantisation observer: writes the declared running min/max, scale and zero_point values"
+_MAYBE_ALIAS = "may return its argument itself (declared Tensor(a) / Tensor(b|a)): the analysis takes the alias"
+_BATCH_NORM = "batch norm that declares its running-statistics writes (running_mean!, running_var!)"
+_NO_DATA = "touches no tensor data or metadata (autograd or stream bookkeeping)"
+
+#: Overloads (schema names: every overload) whose schema was read and found complete although no rule fits.
+REVIEWED: Mapping[str, str] = MappingProxyType(
+    {
+        # writes declared, no functional twin by name
+        "aten::fill_diagonal_": _INPLACE_NO_FUNCTIONAL,
+        "aten::_no_grad_fill_": _RANDOM_INIT,
+        "aten::_no_grad_zero_": _RANDOM_INIT,
+        "aten::_no_grad_normal_": _RANDOM_INIT,
+        "aten::_no_grad_uniform_": _RANDOM_INIT,
+        "aten::_philox_uniform_": _RANDOM_INIT,
+        "aten::_philox_normal_": _RANDOM_INIT,
+        "aten::_fill_mem_eff_dropout_mask_": _RANDOM_INIT,
+        "aten::_sobol_engine_initialize_state_": _INPLACE_NO_FUNCTIONAL,
+        "aten::_sobol_engine_scramble_": _INPLACE_NO_FUNCTIONAL,
+        "aten::_sobol_engine_ff_": _INPLACE_NO_FUNCTIONAL,
+        "aten::copy_sparse_to_sparse_": _INPLACE_NO_FUNCTIONAL,
+        "aten::embedding_renorm_": _INPLACE_NO_FUNCTIONAL,
+        "aten::requires_grad_": _NO_DATA,
+        "aten::retain_grad": _NO_DATA,
+        "aten::record_stream": _NO_DATA,
+        "aten::_cummax_helper": _OUT_POSITIONAL,
+        "aten::_cummin_helper": _OUT_POSITIONAL,
+        "aten::fbgemm_linear_fp16_weight": _OUT_POSITIONAL,
+        "aten::fbgemm_linear_fp16_weight_fp32_activation": _OUT_POSITIONAL,
+        "aten::_flash_attention_forward_no_dropout_inplace": _OUT_POSITIONAL,
+        "aten::_cudnn_attention_forward_no_dropout_inplace": _OUT_POSITIONAL,  # torch 2.15
+        "aten::rrelu_with_noise": _NOISE,
+        "aten::rrelu_with_noise_": _NOISE,
+        "aten::fused_moving_avg_obs_fake_quant": _QUANT,
+        "aten::_fused_moving_avg_obs_fq_helper": _QUANT,
+        "aten::_amp_foreach_non_finite_check_and_unscale_": _AMP,
+        "aten::_amp_foreach_non_finite_check_and_unscale": _AMP,
+        "aten::_amp_update_scale_": _AMP,
+        "aten::_amp_update_scale": _AMP,
+        "aten::_batch_norm_with_update": _BATCH_NORM,
+        "aten::_native_batch_norm_legit": _BATCH_NORM,
+        # aliases declared by the schema but not a plain view
+        "aten::as_tensor": _MAYBE_ALIAS,
+        "aten::cpu": _MAYBE_ALIAS,
+        "aten::cuda": _MAYBE_ALIAS,
+    }
+)
+
+_PREFIX_REVIEWED: tuple[tuple[str, str], ...] = (
+    ("aten::_foreach_", _FOREACH),
+    ("aten::_fused_", _OPTIMIZER),
+)
+
+
+class Classification(NamedTuple):
+    """How one overload's memory effects are known (see the module docstring)."""
+
+    overload: str  # "aten::add_.Tensor"
+    kind: str  # one of KINDS
+    reason: str
+
+
+def _full_name(schema: torch._C.FunctionSchema) -> str:
+    return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+
+
+def _functional_twin(name: str) -> str | None:
+    """``aten::add`` for ``aten::add_``, ``aten::__and__`` for ``aten::__iand__``."""
+    if name.startswith("aten::__i") and name.endswith("__"):
+        return "aten::__" + name[len("aten::__i") :]
+    if name.endswith("_") and not name.endswith("__"):
+        return name[:-1]
+    return None
+
+
+def _schema_names() -> frozenset[str]:
+    return frozenset(s.name for s in torch._C._jit_get_all_schemas())
+
+
+_NAMES: frozenset[str] | None = None
+
+
+def classify(op: torch._ops.OpOverload) -> Classification:
+    """The classification of one overload (a pure function of its schema, tags and the tables).
+
+    Parameters
+    ----------
+    op
+        An ATen ``OpOverload`` (other namespaces are classified by the same rules).
+    """
+    global _NAMES
+    schema = op._schema
+    name = schema.name
+    full = _full_name(schema)
+    args = schema.arguments
+    written = [a for a in args if a.alias_info is not None and a.alias_info.is_write]
+    annotated = any(a.alias_info is not None for a in args) or any(r.alias_info is not None for r in schema.returns)
+    tags = op.tags
+    if name in METADATA_MUTATING or torch.Tag.inplace_view in tags:
+        return Classification(full, "metadata-mutating", "changes an argument's storage, sizes or strides in place")
+    if name in HIDDEN_EFFECTS:
+        return Classification(full, "hidden-effects", HIDDEN_EFFECTS[name].evidence[:80] or "aliasing.hidden_effects")
+    if not annotated:
+        return Classification(full, "pure", "no alias or mutation annotation")
+    if written and all(a.kwarg_only for a in written):
+        return Classification(full, "schema-out", "writes only keyword-only out= arguments")
+    if not written:
+        return Classification(full, "schema-alias", "writes nothing; declared aliases of its arguments")
+    if len(written) == 1 and written[0].name == args[0].name:
+        twin = _functional_twin(name)
+        if _NAMES is None:
+            _NAMES = _schema_names()
+        if twin is not None and twin in _NAMES:
+            return Classification(full, "schema-inplace", f"in-place variant of {twin}")
+    reason = REVIEWED.get(name)
+    if reason is None:
+        reason = next((r for prefix, r in _PREFIX_REVIEWED if name.startswith(prefix)), None)
+    if reason is not None:
+        return Classification(full, "reviewed", reason)
+    return Classification(full, "unclassified", "writes " + ", ".join(a.name for a in written) + "; not reviewed")
+
+
+def _aten_overloads() -> Iterator[torch._ops.OpOverload]:
+    for qualified in sorted(torch._C._dispatch_get_all_op_names()):
+        namespace, _, rest = qualified.partition("::")
+        if namespace != "aten":
+            continue
+        base, _, overload = rest.partition(".")
+        try:
+            yield getattr(getattr(torch.ops.aten, base), overload or "default")
+        except (AttributeError, RuntimeError):
+            continue  # registered without a schema Python can bind
+
+
+def classify_installed() -> list[Classification]:
+    """Every ATen overload registered in the installed torch, classified, sorted by name."""
+    return sorted((classify(op) for op in _aten_overloads()), key=lambda c: c.overload)
+
+
+def torch_release(version: str | None = None) -> str:
+    """``"2.14"`` for torch ``2.14.0+cu130`` (the installed one by default)."""
+    parts = (version or torch.__version__).split("+")[0].split(".")
+    return ".".join(parts[:2])
+
+
+def committed_path(release: str | None = None) -> Path:
+    """Where the classification of a torch release is committed."""
+    return Path(__file__).with_name("registry_data") / f"torch-{release or torch_release()}.tsv"
+
+
+def write_classification(rows: list[Classification], path: Path) -> None:
+    """Write rows as ``overload<TAB>kind<TAB>reason`` lines, one per overload."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"# ATen overloads of torch {torch.__version__}: overload, kind, reason (aliasing.registry)"]
+    lines += ["\t".join(row) for row in rows]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def read_classification(path: Path) -> list[Classification]:
+    """Rows of a committed classification file."""
+    rows = []
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            overload, kind, reason = line.split("\t", 2)
+            rows.append(Classification(overload, kind, reason))
+    return rows
+
+
+class RegistryDiff(NamedTuple):
+    """The installed torch against its committed classification."""
+
+    release: str
+    committed: bool  # a file exists for this release
+    unclassified: tuple[Classification, ...]
+    added: tuple[Classification, ...]  # in the installed torch, not in the file
+    removed: tuple[Classification, ...]  # in the file, not in the installed torch
+    changed: tuple[tuple[Classification, Classification], ...]  # (committed, installed)
+
+    @property
+    def ok(self) -> bool:
+        return self.committed and not (self.unclassified or self.added or self.removed or self.changed)
+
+    def summary(self) -> str:
+        if not self.committed:
+            head = f"torch {self.release}: no committed classification ({committed_path(self.release)})"
+        else:
+            head = (
+                f"torch {self.release}: {len(self.unclassified)} unclassified, {len(self.added)} added, "
+                f"{len(self.removed)} removed, {len(self.changed)} changed against {committed_path(self.release).name}"
+            )
+        lines = [head]
+        lines += [f"  unclassified {c.overload}: {c.reason}" for c in self.unclassified]
+        lines += [f"  added {c.overload}: {c.kind}" for c in self.added]
+        lines += [f"  removed {c.overload}" for c in self.removed]
+        lines += [f"  changed {old.overload}: {old.kind} -> {new.kind}" for old, new in self.changed]
+        if not self.ok:
+            lines.append(
+                "  review each op, add it to aliasing.registry (METADATA_MUTATING, REVIEWED) or "
+                "aliasing.hidden_effects, then run: python -m aliasing.audit --registry --write"
+            )
+        return "\n".join(lines)
+
+
+def compare_with_committed(rows: list[Classification] | None = None, release: str | None = None) -> RegistryDiff:
+    """The installed classification against the committed one of its release."""
+    release = release or torch_release()
+    rows = classify_installed() if rows is None else rows
+    unclassified = tuple(r for r in rows if r.kind == "unclassified")
+    path = committed_path(release)
+    if not path.exists():
+        return RegistryDiff(release, False, unclassified, (), (), ())
+    old = {r.overload: r for r in read_classification(path)}
+    new = {r.overload: r for r in rows}
+    return RegistryDiff(
+        release,
+        True,
+        unclassified,
+        tuple(new[k] for k in sorted(new.keys() - old.keys())),
+        tuple(old[k] for k in sorted(old.keys() - new.keys())),
+        tuple((old[k], new[k]) for k in sorted(old.keys() & new.keys()) if old[k][:2] != new[k][:2]),
+    )
