@@ -41,13 +41,16 @@ from aliasing.effects import (
     Effect,
     EffectTable,
     indexing_effect,
+    always_aliases_first,
     metadata_written,
     mutates_metadata,
+    recomputed_copy,
     tensor_nodes,
     unknown_effect,
 )
 from aliasing.errors import UnknownNodeError, describe_node
 from aliasing.facts import FactsCache, TensorFacts, facts_of_value, is_tensor_meta
+from aliasing.layout_divergences import fake_layout_divergent
 from aliasing.regions import Region, regions_may_overlap
 from aliasing.roles import UNKNOWN_STORAGE, Role
 from aliasing.subgraphs import tie_control_flow
@@ -129,6 +132,8 @@ class _Builder:
         #: be any pre-existing allocation, never one the program makes
         self.uncertain: set[int] = set()
         self._related: dict[int, tuple[int, ...]] = {}
+        self._identity: bool | None = None
+        self._suspect: dict[torch.fx.Node, bool] = {}
 
     # -- storages -------------------------------------------------------------
     def new_storage(self, role: Role, origin: torch.fx.Node, note: str = "") -> int:
@@ -157,6 +162,71 @@ class _Builder:
             if base is not None and base.storage_key == facts.storage_key:
                 return facts
         return None
+
+    def copied(self, node: torch.fx.Node, srcs: Iterable[torch.fx.Node]) -> bool:
+        """Whether a result its schema lets alias ``srcs`` (``contiguous``, ``reshape``, ``to``) is a copy.
+
+        The trace recorded a copy (the result's fake tensor is in a storage of its
+        own; :attr:`Effect.copies`), and the metadata is trustworthy:
+
+        - the graph's fake tensors keep storage identity (a view or an in-place
+          result shares its argument's fake storage somewhere in the graph;
+          programs loaded with ``torch.export.load`` and ``make_fx`` traces in real
+          mode give every value a storage of its own, and stay conservative);
+        - every source has layout facts the analysis trusts (one known storage,
+          its own fake tensor), and none is computed from an op whose fake kernel
+          the layout audit caught laying results out otherwise than eager
+          (:mod:`aliasing.layout_divergences`);
+        - the op, run again on the sources' fake tensors, makes a copy too
+          (:func:`aliasing.effects.recomputed_copy`: right after a rewrite
+          replaced a source, whose result's metadata describes the old one).
+        """
+        if not self.keeps_storage_identity():
+            return False
+        for s in srcs:
+            own = self.cache.tensor(s)
+            bound = self.facts.get(s)
+            if s not in self.exact or own is None or bound is None or bound.storage_key != own.storage_key:
+                return False
+            if self.layout_suspect(s):
+                return False
+        return recomputed_copy(node)
+
+    def keeps_storage_identity(self) -> bool:
+        """Whether some always-aliasing op's fake tensor lives in its argument's fake storage (computed once)."""
+        if self._identity is None:
+            self._identity = False
+            for n in self.target.graph.nodes:
+                op = n.target
+                if n.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or not n.args:
+                    continue
+                first = n.args[0]
+                if not isinstance(first, torch.fx.Node) or not always_aliases_first(op):
+                    continue
+                a, b = self.cache.tensor(n), self.cache.tensor(first)
+                if a is not None and b is not None and a.strided and a.storage_key == b.storage_key:
+                    self._identity = True
+                    break
+        return self._identity
+
+    def layout_suspect(self, node: torch.fx.Node) -> bool:
+        """Whether ``node`` is computed (through any chain of ops) from one whose fake kernel may lie about layouts."""
+        hit = self._suspect.get(node)
+        if hit is not None:
+            return hit
+        stack = [node]
+        seen: set[torch.fx.Node] = set()
+        while stack:  # iterative: long chains must not exhaust Python's recursion limit
+            n = stack.pop()
+            if n in self._suspect or n in seen:
+                continue
+            seen.add(n)
+            stack.extend(a for a in n.all_input_nodes if a not in self._suspect)
+        for n in sorted(seen, key=lambda n: self.position.get(n, -1)):  # arguments before their users
+            op = n.target
+            lies = n.op == "call_function" and isinstance(op, torch._ops.OpOverload) and fake_layout_divergent(str(op))
+            self._suspect[n] = lies or any(self._suspect.get(a, False) for a in n.all_input_nodes)
+        return self._suspect[node]
 
     def region(self, node: torch.fx.Node) -> Region | None:
         """The value's exact region in its one storage (read from its facts on demand), or None."""
@@ -338,6 +408,11 @@ class _Builder:
             srcs = effect.outputs.get(SINGLE)
             if srcs is None:
                 pts = self._fresh(node) if facts is not None else frozenset()
+            elif srcs and SINGLE in effect.copies and self.copied(node, srcs):
+                # A view-or-copy op (contiguous, reshape, to) that made a copy: fresh memory.
+                effect = replace(effect, outputs={**effect.outputs, SINGLE: ()}, note="a copy (see AliasAnalysis)")
+                self.effect_of[node] = effect
+                pts = self._fresh(node)
             elif srcs:
                 pts = frozenset(self._union(srcs))
                 if (

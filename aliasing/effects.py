@@ -62,9 +62,11 @@ __all__ = [
     "Effect",
     "EffectRule",
     "EffectTable",
+    "always_aliases_first",
     "indexing_effect",
     "metadata_written",
     "mutates_metadata",
+    "recomputed_copy",
     "tensor_nodes",
     "unknown_effect",
 ]
@@ -94,6 +96,11 @@ class Effect:
     unknown: bool = False
     reaches: Sources = ()
     note: str = ""
+    #: Output keys that may alias their sources (``contiguous``, ``reshape``, ``to``: a view or
+    #: a copy, depending on the layout) and that the trace recorded as a copy. The analysis
+    #: makes such an output fresh where the metadata is trustworthy (:func:`recomputed_copy`
+    #: and ``aliasing.analysis``); elsewhere the alias stands.
+    copies: tuple[object, ...] = ()
 
 
 #: A rule maps a node (and the shared metadata cache) to its effect.
@@ -440,6 +447,7 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
     arg_keys: dict[int, torch.fx.Node] | None = None
     pure_view = not writes and bool(outputs) and all(outputs.values())
     read_aliased: set[torch.fx.Node] = set()
+    copies: list[object] = []
     for k, srcs in outputs.items():
         f: TensorFacts | None = facts_per_key.get(k)
         if not srcs:
@@ -463,12 +471,90 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
             # An op that may return a view or a copy (reshape, contiguous) reads nothing
             # only when the trace shows it returned a view.
             read_aliased.update(srcs)
+            if f is not None:
+                copies.append(k)  # the trace recorded a copy: fresh, where the analysis trusts that
     if pure_view:
         aliased = {n for srcs in outputs.values() for n in srcs}
         reads = tuple(n for n in all_tensors if n not in aliased or n in read_aliased)
     else:
         reads = all_tensors
-    return Effect(reads=reads, writes=tuple(dict.fromkeys(writes)) if len(writes) > 1 else tuple(writes), outputs=outputs)
+    return Effect(
+        reads=reads,
+        writes=tuple(dict.fromkeys(writes)) if len(writes) > 1 else tuple(writes),
+        outputs=outputs,
+        copies=tuple(copies),
+    )
+
+
+def always_aliases_first(op: torch._ops.OpOverload) -> bool:
+    """True for an op whose one result is always its first argument or a view of it
+    (``view``, ``t``, ``slice``...; in-place ops such as ``add_``)."""
+    se = _schema_effect(op)
+    if se.unclassified or se.mutates_metadata or se.list_return or len(se.out_args) != 1:
+        return False
+    first = se.out_args[0]
+    return len(first) == 1 and first[0] == 0 and (se.never_copies or se.arg_writes[0])
+
+
+def recomputed_copy(node: torch.fx.Node) -> bool:
+    """Whether the op of ``node``, run again on its arguments' fake tensors, returns fresh memory.
+
+    For ops that return a view or a copy depending on the layout (``contiguous``,
+    ``reshape``, ``to``, ``flatten``, ``type_as``...): the fake kernel decides the
+    same way the real one does, from the arguments' recorded layouts. Running it on
+    the arguments' *current* metadata, rather than reading the result's recorded
+    storage, keeps the answer right after a rewrite replaced an argument (the
+    result's metadata then describes the old argument). False when it cannot be
+    run: an argument without a fake tensor (real tensors in ``meta['val']`` are
+    never run), an op that raises, a layout that would need a new guard on
+    symbolic sizes (evaluated from the example sizes, without recording the guard,
+    and confirmed by the trace's own answer, which the caller checks), or a tracing
+    mode that is active.
+    """
+    op = node.target
+    if not isinstance(op, torch._ops.OpOverload):
+        return False
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    missing = False
+    fakes: list[FakeTensor] = []
+
+    def value(a: Any) -> Any:
+        nonlocal missing
+        if not isinstance(a, torch.fx.Node):
+            return a
+        v = a.meta.get("val")
+        if v is None or (isinstance(v, torch.Tensor) and not isinstance(v, FakeTensor)):
+            missing = True
+        elif isinstance(v, FakeTensor):
+            fakes.append(v)
+        return v
+
+    args = torch.fx.node.map_aggregate(node.args, value)
+    kwargs = torch.fx.node.map_aggregate(node.kwargs, value)
+    if missing or not fakes:
+        return False
+    mode = fakes[0].fake_mode
+    if any(f.fake_mode is not mode for f in fakes):
+        return False
+    shape_env = mode.shape_env
+    try:
+        with _disable_current_modes(), mode, torch.no_grad():
+            if shape_env is not None:
+                with shape_env.suppress_guards():
+                    out = op(*args, **kwargs)
+            else:
+                out = op(*args, **kwargs)
+    except Exception:
+        return False
+    if not isinstance(out, torch.Tensor):
+        return False
+    try:
+        key = out.untyped_storage()._cdata
+        return all(key != f.untyped_storage()._cdata for f in fakes)
+    except Exception:
+        return False
 
 
 def _bound(se: _SchemaEffect, i: int, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:

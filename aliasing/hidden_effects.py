@@ -81,8 +81,28 @@ _SAME_IMPL_EVIDENCE = (
     "audit reaches it only through the graphs it decomposes to)"
 )
 
+_RETURNS_SELF_EVIDENCE = (
+    "returns its input itself (not a copy) when {when} (a CompositeImplicit op that calls "
+    "self.to(...)); the schema declares a fresh tensor. A program loaded with torch.export.load gives "
+    "the result a fake storage of its own, so only this entry keeps the alias: "
+    "tests/test_hidden_effects.py (a clone of type_as(x, y) written in place, removed wrongly without it)"
+)
+_CAST_EVIDENCE = _RETURNS_SELF_EVIDENCE.format(when="the input already has the dtype it casts to")
+
 HIDDEN_EFFECTS: Mapping[str, HiddenEffect] = MappingProxyType(
     {
+        "aten::type_as": HiddenEffect(
+            view_of="self", evidence=_RETURNS_SELF_EVIDENCE.format(when="other has the input's dtype")
+        ),
+        **{
+            f"aten::_cast_{kind}": HiddenEffect(view_of="self", evidence=_CAST_EVIDENCE)
+            for kind in ("Byte", "Char", "Double", "Float", "Half", "Int", "Long", "Short")
+        },
+        "aten::lift": HiddenEffect(
+            view_of="self",
+            evidence="real execution: aten.lift(x) is x outside functionalization (its schema declares a "
+            "fresh tensor); tests/test_hidden_effects.py",
+        ),
         "aten::dropout": HiddenEffect(view_of="input", evidence=_DROPOUT_EVIDENCE),
         "aten::feature_dropout": HiddenEffect(view_of="input", evidence=_SAME_IMPL_EVIDENCE),
         "aten::alpha_dropout": HiddenEffect(view_of="input", evidence=_SAME_IMPL_EVIDENCE),

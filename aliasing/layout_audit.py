@@ -31,19 +31,26 @@ stands for it), which covers composite ops that ``torch.export`` graphs keep
 A call whose meta or fake run raises (no meta kernel, data-dependent output)
 is counted, not reported: the planner never trusts a layout it cannot compute.
 A *divergence* is a call whose meta or fake layout is computed and differs
-from eager. :func:`write_table` turns the divergent overloads into
+from eager. Kernels change between releases, so the results of every
+supported torch release are committed (``benchmarks/results/layout_audit-<release>.{json,md}``,
+:func:`results_path`), and :func:`render_table` turns their union (an overload
+that diverges on any release counts as divergent on every one) into
 ``aliasing/layout_divergences.py``, the table the planner reads: a clone whose
 layout change reaches an op of a divergent overload packet is kept.
 
 Run it with ``python -m aliasing.audit --layouts`` (``--help`` for the
 options; ``--seconds`` and ``--ops`` bound it); it needs ``expecttest``
-(``torch.testing._internal`` imports it), in the ``test`` extra.
+(``torch.testing._internal`` imports it), in the ``test`` extra. On each
+supported release, :data:`REGENERATE` rewrites that release's results and the
+table; ``--table-only --write-table PATH`` renders the table from the committed
+results alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import json
 import logging
 import os
@@ -69,6 +76,8 @@ from aliasing.errors import AliasingError
 __all__ = [
     "DTYPE_PREFERENCE",
     "LAYOUTS",
+    "REGENERATE",
+    "RESULTS_DIR",
     "TARGETS",
     "CallSpec",
     "Divergence",
@@ -76,10 +85,13 @@ __all__ = [
     "LayoutAuditReport",
     "TensorSpec",
     "audit_layouts",
+    "committed_results",
     "main",
     "relayout",
+    "release_of",
     "render_markdown",
     "render_table",
+    "results_path",
     "write_table",
 ]
 
@@ -613,10 +625,14 @@ class LayoutAuditReport:
 
     @property
     def agreeing_siblings(self) -> frozenset[str]:
-        """Overloads of divergent ops that the audit ran and never saw diverge (``aten.div.Tensor``)."""
+        """Overloads of divergent ops that the audit ran and never saw diverge (``aten.div.Tensor``), unless
+        the op's function as a whole diverged."""
         checked = {o for o, _ in self.checked}
+        whole = {o for o in self.divergent_overloads if o.count(".") < 2}  # a function diverged: all of the op
         return frozenset(
-            o for o in checked - self.divergent_overloads if o.count(".") >= 2 and _packet(o) in self.divergent_packets
+            o
+            for o in checked - self.divergent_overloads
+            if o.count(".") >= 2 and _packet(o) in self.divergent_packets and _packet(o) not in whole
         )
 
     def pairs(self, hidden: bool = False) -> dict[tuple[str, str], list[Divergence]]:
@@ -846,6 +862,7 @@ def _isolated(work: Callable[[], _T]) -> _T | str:
     pid = os.fork()
     if pid == 0:  # the child
         os.close(read)
+        faulthandler.disable()  # a crash is reported by the parent, as the signal that ended the child
         code = 0
         try:
             payload = pickle.dumps(work())
@@ -896,9 +913,11 @@ def render_markdown(data: dict[str, Any]) -> str:
         "(`FakeTensorMode`) with the same layouts. A *divergence* is a call whose meta or fake result has other "
         "sizes or dtype than eager's, or (for a result with elements) other strides (dimensions of size one "
         "aside) or storage offset. Calls whose meta "
-        "or fake run raises are counted, not compared. The divergent overload packets are the table "
-        "`aliasing/layout_divergences.py` that the planner's layout refinement reads (such an op observes "
-        "layouts).",
+        "or fake run raises are counted, not compared. The divergent overloads of every supported release, "
+        "united, are the table `aliasing/layout_divergences.py` that the planner's layout refinement reads: "
+        "such an op, and any "
+        "overload of the same op the audit did not see agree, observes layouts; downstream of an op whose "
+        "*fake* kernel diverges, recorded layouts are suspect.",
         "",
         "| figure | value |",
         "| --- | --- |",
@@ -910,7 +929,7 @@ def render_markdown(data: dict[str, Any]) -> str:
         f"| **divergent calls** | **{s['divergent_calls']}** |",
         f"| divergent (overload, layout) pairs | {s['divergent_pairs']} |",
         f"| divergent overloads | {s['divergent_overloads']} |",
-        f"| divergent packets (the table) | {s['divergent_packets']} |",
+        f"| divergent ops | {s['divergent_packets']} |",
         f"| calls differing only in the layout of results without elements (not divergences) | {s['hidden_calls']} |",
         f"| runtime | {s['runtime_s']} s |",
         "",
@@ -919,6 +938,25 @@ def render_markdown(data: dict[str, Any]) -> str:
     ]
     for layout, f in s["by_layout"].items():
         lines.append(f"| {layout} | {f['calls']} | {f['divergent']} |")
+    lines += [
+        "",
+        "## Divergent overloads",
+        "",
+        "Layout classes in which each diverged, and which runs diverged in the evidence kept (`meta`, `fake`; "
+        "the table's fake list counts every call); an overload named without its overload name is the "
+        "OpInfo's function as a whole.",
+        "",
+        "| overload | layout classes | diverging runs |",
+        "| --- | --- | --- |",
+    ]
+    summary: dict[str, tuple[list[str], set[str]]] = {}
+    for p in data["pairs"]:
+        classes, runs = summary.setdefault(p["overload"], ([], set()))
+        classes.append(p["layout"])
+        for ev in p["evidence"]:
+            runs.update(ev.get("by", "").split())
+    for overload, (classes, runs) in summary.items():
+        lines.append(f"| `{overload}` | {', '.join(classes)} | {' '.join(sorted(runs))} |")
     lines += [
         "",
         "## Divergent (overload, layout) pairs",
@@ -967,33 +1005,190 @@ def render_markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_table(data: dict[str, Any]) -> str:
-    """The source of ``aliasing/layout_divergences.py`` for a layout audit's JSON report."""
-    s = data["summary"]
-    st = data["settings"]
+# ---------------------------------------------------------------------------
+# per-release results and the table
 
-    def block(name: str, doc: str, names: Sequence[str]) -> str:
-        rows = "".join(f'        "{n}",\n' for n in names)
-        return f"#: {doc}\n{name}: frozenset[str] = frozenset(\n    {{\n{rows}    }}\n)\n"
 
-    samples = f"the first {st['max_samples']}" if st.get("max_samples") else "all"
-    measured = textwrap.fill(
-        f"Measured on torch {data['torch_version']}, CPU: {s['opinfos_run']} OpInfos of ``op_db``, {samples} "
-        f"sample inputs of each, in {len(st['layouts'])} layout classes ({', '.join(st['layouts'])}); "
-        f"{s['calls_compared']} ATen calls compared, {s['divergent_calls']} divergent, over "
-        f"{s['divergent_overloads']} overloads ({s['runtime_s']} s). The evidence of every (overload, layout "
-        "class) pair is in ``benchmarks/results/layout_audit.{json,md}``.",
-        width=88,
+#: Where a checkout commits the results of each supported torch release (``layout_audit-2.14.json``...).
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+#: The command that regenerates a release's committed results and the table (run it on that release).
+REGENERATE = (
+    "python -m aliasing.audit --layouts --results benchmarks/results --write-table aliasing/layout_divergences.py"
+)
+
+
+def release_of(data: dict[str, Any]) -> str:
+    """The torch release (``"2.14"``) a layout audit's JSON report was measured on."""
+    from aliasing.registry import torch_release
+
+    return torch_release(str(data["torch_version"]))
+
+
+def _release_key(release: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else 0 for p in release.split("."))
+
+
+def results_path(release: str, suffix: str = ".json", directory: Path | None = None) -> Path:
+    """Where the results of torch ``release`` are committed: ``benchmarks/results/layout_audit-2.14.json``.
+
+    Examples
+    --------
+    >>> results_path("2.14", ".md").name
+    'layout_audit-2.14.md'
+    """
+    return (directory or RESULTS_DIR) / f"layout_audit-{release}{suffix}"
+
+
+def committed_results(directory: Path | None = None) -> dict[str, dict[str, Any]]:
+    """Every release's committed JSON report in ``directory`` (default :data:`RESULTS_DIR`), by release, oldest first.
+
+    Raises :class:`LayoutAuditError` for a file whose report is of another release than its name says.
+    """
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted((directory or RESULTS_DIR).glob("layout_audit-*.json")):
+        data = json.loads(path.read_text())
+        release = release_of(data)
+        if path.name != results_path(release).name:
+            raise LayoutAuditError(f"{path} holds the results of torch {data['torch_version']} (release {release})")
+        found[release] = data
+    return dict(sorted(found.items(), key=lambda kv: _release_key(kv[0])))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Union:
+    """The table of several releases' results: what any release saw diverge, what every release saw agree."""
+
+    releases: tuple[str, ...]
+    versions: dict[str, str]
+    divergent: dict[str, tuple[str, ...]]  # overload -> the releases it diverged on
+    fake: dict[str, tuple[str, ...]]  # overload -> the releases its fake kernel diverged on
+    siblings: tuple[str, ...]
+
+
+def _unite(results: Sequence[dict[str, Any]]) -> _Union:
+    if not results:
+        raise LayoutAuditError("no layout audit results to render a table from")
+    ordered = sorted(results, key=lambda d: _release_key(release_of(d)))
+    releases = tuple(release_of(d) for d in ordered)
+    repeated = sorted({r for r in releases if releases.count(r) > 1})
+    if repeated:
+        raise LayoutAuditError(f"more than one result for torch {', '.join(repeated)}")
+    divergent: dict[str, list[str]] = {}
+    fake: dict[str, list[str]] = {}
+    for release, data in zip(releases, ordered):
+        for o in data["divergent_overloads"]:
+            divergent.setdefault(o, []).append(release)
+        for o in data["fake_divergent_overloads"]:
+            fake.setdefault(o, []).append(release)
+    packets = {_packet(o) for o in divergent}
+    whole = {o for o in divergent if o.count(".") < 2}  # a function diverged: none of the op's overloads is trusted
+    ran_everywhere = set.intersection(*(set(d["checked_overloads"]) for d in ordered))
+    siblings = sorted(
+        o
+        for o in ran_everywhere - divergent.keys()
+        if o.count(".") >= 2 and _packet(o) in packets and _packet(o) not in whole
     )
+    return _Union(
+        releases,
+        {r: str(d["torch_version"]) for r, d in zip(releases, ordered)},
+        {o: tuple(rs) for o, rs in sorted(divergent.items())},
+        {o: tuple(rs) for o, rs in sorted(fake.items())},
+        tuple(siblings),
+    )
+
+
+def _scan_text(data: dict[str, Any]) -> str:
+    st = data["settings"]
+    samples = f"the first {st['max_samples']}" if st.get("max_samples") else "all"
+    return f"{samples} sample inputs of each OpInfo of ``op_db``, in {len(st['layouts'])} layout classes ({', '.join(st['layouts'])})"
+
+
+def render_table(*results: dict[str, Any]) -> str:
+    """The source of ``aliasing/layout_divergences.py`` for the JSON reports of one or more torch releases.
+
+    The table is their union, conservative: an overload seen diverging on any
+    release is divergent on every one, and an overload of a divergent op is
+    trusted (in ``AGREEING_SIBLINGS``) only where every release ran it and
+    none saw it diverge. Overloads that diverge on some releases only are
+    named, with their releases, in the docstring and beside their rows.
+    """
+    union = _unite(results)
+    by_release = {release_of(d): d for d in results}
+    bullet = textwrap.TextWrapper(width=88, subsequent_indent="  ")
+
+    def row(name: str, releases: tuple[str, ...] | None) -> str:
+        note = "" if releases is None or releases == union.releases else f"  # {', '.join(releases)} only"
+        return f'        "{name}",{note}\n'
+
+    def block(name: str, doc: str, rows: Sequence[tuple[str, tuple[str, ...] | None]]) -> str:
+        body = "".join(row(n, rs) for n, rs in rows)
+        return f"#: {doc}\n{name}: frozenset[str] = frozenset(\n    {{\n{body}    }}\n)\n"
+
+    scans = sorted({_scan_text(d) for d in by_release.values()})
+    measured = []
+    for release in union.releases:
+        d = by_release[release]
+        s = d["summary"]
+        scan = "" if len(scans) == 1 else f"; {_scan_text(d)}"
+        where = results_path(release, ".{json,md}").relative_to(RESULTS_DIR.parents[1])
+        measured.append(
+            bullet.fill(
+                f"- torch {d['torch_version']}: {s['opinfos_run']} OpInfos, {s['calls_compared']} ATen calls "
+                f"compared, {s['divergent_calls']} divergent, over {s['divergent_overloads']} overloads "
+                f"({s['runtime_s']} s{scan}; ``{where}``)"
+            )
+        )
+    releases = union.releases
+    every = releases[0] if len(releases) == 1 else f"{', '.join(releases[:-1])} and {releases[-1]}"
+    paragraphs = [
+        textwrap.fill(f"Measured on CPU, {scans[0]}, on torch {every}:" if len(scans) == 1 else f"Measured on CPU, on torch {every}:", width=88),
+        ";\n".join(measured) + ".",
+    ]
+    if len(releases) > 1:
+        paragraphs.append(
+            textwrap.fill(
+                "The table is the union of these results, conservative: an overload seen diverging on any "
+                "release observes on every one, and an overload of a divergent op is trusted "
+                "(``AGREEING_SIBLINGS``) only where every release ran it and none saw it diverge.",
+                width=88,
+            )
+        )
+        partial = [
+            (o, rs, union.fake.get(o, ()))
+            for o, rs in union.divergent.items()
+            if rs != releases or union.fake.get(o, releases) != releases
+        ]
+        if partial:
+            paragraphs.append(
+                textwrap.fill(
+                    "Overloads that diverge on some of these releases only, and on which (every other "
+                    "overload listed diverges on all of them; the releases where an overload's fake kernel "
+                    "diverges are named where they are others):",
+                    width=88,
+                )
+            )
+            lines = []
+            for o, rs, fs in partial:
+                fake = "" if not fs or fs == rs else f" (its fake kernel: {', '.join(fs)})"
+                lines.append(bullet.fill(f"- ``{o}``: {', '.join(rs)}{fake}"))
+            paragraphs.append("\n".join(lines))
+        else:
+            paragraphs.append("Every overload listed diverges on every one of these releases.")
+    command = REGENERATE.replace(" --write-table", " \\\n        --write-table")
+    versions = "".join(f'    "{r}": "{v}",\n' for r, v in union.versions.items())
+    measured_text = "\n\n".join(paragraphs)
     header = f"""\
 \"\"\"Ops whose meta or fake kernels lay results out otherwise than their eager CPU kernels.
 
-Generated by the layout audit (:mod:`aliasing.layout_audit`); do not edit by hand, run
+Generated by the layout audit (:mod:`aliasing.layout_audit`) from the results committed
+for every supported torch release; do not edit by hand. On each release run
 
-    python -m aliasing.audit --layouts --json benchmarks/results/layout_audit.json \\
-        --markdown benchmarks/results/layout_audit.md --write-table aliasing/layout_divergences.py
+    {command}
 
-{measured}
+(``--table-only --write-table aliasing/layout_divergences.py`` renders the table from
+the committed results without running the audit).
+
+{measured_text}
 
 The planner's layout refinement (``rewrite.dataflow.layout_observer``) predicts
 layouts on meta tensors and compares them with the fake tensors the trace
@@ -1010,13 +1205,14 @@ __all__ = [
     "AGREEING_SIBLINGS",
     "FAKE_DIVERGENT_OVERLOADS",
     "LAYOUT_DIVERGENT_OVERLOADS",
-    "TORCH_VERSION",
+    "TORCH_VERSIONS",
     "fake_layout_divergent",
     "layout_divergent",
 ]
 
-#: The torch version the table was measured on.
-TORCH_VERSION = "{data["torch_version"]}"
+#: The torch releases the table was measured on, and the version of each.
+TORCH_VERSIONS: dict[str, str] = {{
+{versions}}}
 
 """
     footer = '''
@@ -1034,8 +1230,8 @@ def _listed(overload: str, overloads: frozenset[str], packets: frozenset[str]) -
 def layout_divergent(overload: str) -> bool:
     """Whether an overload (``"aten.roll.default"``) may have another result layout on meta or fake tensors than eagerly.
 
-    True for an overload the audit saw diverge, and for every overload of the
-    same op that the audit did not see agree (never ran).
+    True for an overload the audit saw diverge (on any release), and for every
+    overload of the same op that the audit did not see agree (on every release).
 
     Examples
     --------
@@ -1060,27 +1256,27 @@ def fake_layout_divergent(overload: str) -> bool:
         + block(
             "LAYOUT_DIVERGENT_OVERLOADS",
             "Overloads seen diverging, on meta or fake tensors (``aten.<op>`` alone: the op's function as a whole).",
-            data["divergent_overloads"],
+            list(union.divergent.items()),
         )
         + "\n"
         + block(
             "FAKE_DIVERGENT_OVERLOADS",
             "Those whose fake kernel diverged (the recorded ``meta['val']`` of ``make_fx`` and ``torch.export``).",
-            data["fake_divergent_overloads"],
+            list(union.fake.items()),
         )
         + "\n"
         + block(
             "AGREEING_SIBLINGS",
             "Overloads of those ops that the audit ran and never saw diverge (trusted; others of the ops are not).",
-            data["agreeing_siblings"],
+            [(o, None) for o in union.siblings],
         )
         + footer
     )
 
 
-def write_table(data: dict[str, Any], path: Path) -> None:
-    """Write :func:`render_table` of ``data`` to ``path``."""
-    path.write_text(render_table(data))
+def write_table(path: Path, *results: dict[str, Any]) -> None:
+    """Write :func:`render_table` of ``results`` to ``path``."""
+    path.write_text(render_table(*results))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1096,17 +1292,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m aliasing.audit --layouts",
         description="Compare meta and fake result layouts with eager CPU over PyTorch's OpInfo samples.",
+        epilog=f"The committed results and table, on each supported torch release: {REGENERATE}",
     )
     parser.add_argument("--ops", nargs="+", metavar="NAME", help="OpInfo names or keys (default: all of op_db)")
-    parser.add_argument("--max-samples", type=int, default=24, metavar="N", help="sample inputs per op (default 24, as the committed scan; 0: all)")
+    parser.add_argument("--max-samples", type=int, default=24, metavar="N", help="sample inputs per op (default 24, as the committed scans; 0: all)")
     parser.add_argument("--classes", nargs="+", metavar="LAYOUT", choices=LAYOUTS, help="layout classes (default: all)")
     parser.add_argument("--seconds", type=float, default=None, metavar="S", help="stop starting ops after S seconds")
     parser.add_argument("--sample-timeout", type=float, default=30.0, metavar="S", help="seconds per sample (default 30)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the full report as JSON")
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the summary as Markdown")
-    parser.add_argument("--write-table", type=Path, metavar="PATH", help="write the table module (aliasing/layout_divergences.py)")
+    parser.add_argument(
+        "--results", type=Path, metavar="DIR",
+        help="write the report as DIR/layout_audit-<release>.json and .md (the committed ones: benchmarks/results)",
+    )
+    parser.add_argument(
+        "--write-table", type=Path, metavar="PATH",
+        help="write the table module (aliasing/layout_divergences.py): the union of every release's results in "
+        "the --results directory (default: the checkout's benchmarks/results), this run's standing for its release",
+    )
+    parser.add_argument("--table-only", action="store_true", help="run no audit: --write-table from the committed results only")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     args = parser.parse_args(argv)
+    directory = args.results or RESULTS_DIR
+
+    def table(extra: dict[str, Any] | None) -> str:
+        try:
+            results = committed_results(directory)
+            if extra is not None:
+                results[release_of(extra)] = extra
+            return render_table(*results.values())
+        except LayoutAuditError as err:
+            parser.error(str(err))
+
+    if args.table_only:
+        if args.write_table is None or args.json or args.markdown:
+            parser.error("--table-only writes only --write-table (and needs it)")
+        args.write_table.write_text(table(None))
+        return 0
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -1123,14 +1345,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LayoutAuditError as err:
         parser.error(str(err))
     data = report.to_json()
-    for path, text in (
-        (args.json, json.dumps(data, indent=1) + "\n"),
-        (args.markdown, render_markdown(data)),
-        (args.write_table, render_table(data)),
-    ):
+    outputs: list[tuple[Path | None, Callable[[], str]]] = [
+        (args.json, lambda: json.dumps(data, indent=1) + "\n"),
+        (args.markdown, lambda: render_markdown(data)),
+    ]
+    if args.results is not None:
+        release = release_of(data)
+        outputs += [
+            (results_path(release, ".json", args.results), lambda: json.dumps(data, indent=1) + "\n"),
+            (results_path(release, ".md", args.results), lambda: render_markdown(data)),
+        ]
+    outputs.append((args.write_table, lambda: table(data)))
+    for path, text in outputs:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            path.write_text(text())
     if not args.quiet:
         summary = report.summary()
         for k in ("opinfos_run", "calls_compared", "divergent_calls", "divergent_pairs", "divergent_packets", "runtime_s"):

@@ -11,14 +11,27 @@ offset in the storage (0 at the bottom of the lane, its size at the top):
 - a value whose place in the storage is unknown is a hatched band over the
   whole lane (it may be anywhere);
 - reads (blue, a dot) and writes (red, a triangle) are vertical marks over the
-  bytes they touch, at the position where they happen;
+  bytes they touch, at the position where they happen: the accessed value's
+  runs (a write to ``q`` of an interleaved ``q, k, v`` marks ``q``'s stripes,
+  not the bytes of ``k`` and ``v`` between them); dashed where only the
+  envelope is known (too many runs) or the access may touch the whole storage;
+- parameters, buffers and constants that the program never writes (and no
+  clone decision involves) are drawn as one band, the lane label saying how
+  many (``group_parameters=False`` draws one lane each);
 - with ``decisions=``, clones removed (green, hatched) and kept (orange, with
   their reason) are annotated, with a dashed link to the original's lane.
 
+Values take colours from a palette of blues, purples and greys, apart from the
+decision colours (green removed, orange kept, red writes). Labels are placed
+where they overlap no other label (a label with no room is left out), and the
+title, notes and legend wrap to the figure's width. Positions under the axis
+read ``#40 add_``: position 40, the node ``add_``.
+
 Large graphs: ``storages=`` picks lanes, ``around=`` the storages that one or
-more nodes (or clones) touch, ``window=`` a range of positions; without any, at
-most ``max_storages`` lanes are drawn, those with clone decisions and writes
-first, and the title says how many were left out.
+more nodes (or clones) touch, ``window=`` a range of positions; without any,
+lanes where nothing happens in the window (no read, write, definition or clone)
+are dropped, at most ``max_storages`` lanes are drawn, those with clone
+decisions and writes first, and the notes say what was left out.
 
 :func:`storage_timeline` computes the picture's content (pure data, no
 matplotlib); :func:`plot_timeline` draws it with matplotlib (imported only
@@ -49,7 +62,8 @@ import itertools
 import math
 import operator
 import sys
-from collections.abc import Iterable
+import textwrap
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -79,6 +93,7 @@ if TYPE_CHECKING:
     from aliasing.analysis import AliasAnalysis
 
 __all__ = [
+    "GROUP",
     "MAX_RUNS",
     "AccessMark",
     "CloneMark",
@@ -96,6 +111,12 @@ MIN_AROUND_POSITIONS: int = 24
 
 #: Contiguous runs drawn per value; a value with more is drawn as its envelope, hatched.
 MAX_RUNS: int = 64
+
+#: The storage id of the band of read-only parameters, buffers and constants (:attr:`Lane.members`).
+GROUP: str = "parameters"
+
+#: Roles whose never-written storages are grouped into one band.
+_GROUPED_ROLES = ("parameter", "buffer", "constant")
 
 ByteRange = tuple[int, int]
 
@@ -126,14 +147,21 @@ class ValueSpan:
 
 @dataclass(frozen=True)
 class AccessMark:
-    """A read or a write of a storage by ``node`` at ``position``, through ``value``."""
+    """A read or a write of a storage by ``node`` at ``position``, through ``value``.
+
+    ``runs`` are the contiguous byte ranges the access touches (the accessed
+    value's runs); empty when only ``envelope`` is known (more than
+    :data:`MAX_RUNS` runs) or the access may touch the whole storage
+    (``envelope`` None).
+    """
 
     position: int
     node: str
     kind: Literal["read", "write"]
     value: str
     storage: str
-    envelope: ByteRange | None  #: bytes touched; None for "anywhere in the storage"
+    envelope: ByteRange | None  #: lowest and highest byte touched; None for "anywhere in the storage"
+    runs: tuple[ByteRange, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -152,7 +180,13 @@ class CloneMark:
 
 @dataclass(frozen=True)
 class Lane:
-    """One storage: its role, size in bytes (None when unknown) and what happens in it."""
+    """One storage: its role, size in bytes (None when unknown) and what happens in it.
+
+    The band of read-only parameters, buffers and constants is a lane too: its
+    ``storage`` is :data:`GROUP`, ``members`` the storages it stands for (their
+    reads are its ``accesses``, each naming its own storage), ``nbytes`` their
+    total size, and it has no spans.
+    """
 
     storage: str
     role: str
@@ -160,6 +194,8 @@ class Lane:
     nbytes: int | None
     spans: tuple[ValueSpan, ...]
     accesses: tuple[AccessMark, ...]
+    members: tuple[str, ...] = ()
+    member_roles: tuple[str, ...] = ()  #: the role of each member
 
 
 @dataclass(frozen=True)
@@ -168,7 +204,8 @@ class Timeline:
 
     ``window`` is ``(first, last)``, inclusive; ``names[i]`` is the node at
     position ``first + i``. ``hidden`` lists storages left out by
-    ``max_storages``; ``symbolic`` says sizes were drawn at their trace-time hints.
+    ``max_storages``, ``idle`` those left out because nothing happens to them
+    in the window; ``symbolic`` says sizes were drawn at their trace-time hints.
     """
 
     lanes: tuple[Lane, ...]
@@ -180,13 +217,24 @@ class Timeline:
     symbolic: bool
     title: str
     notes: tuple[str, ...] = ()
+    idle: tuple[str, ...] = ()
 
     def lane(self, storage: str) -> Lane:
-        """The lane of ``storage`` (KeyError when it is not drawn)."""
+        """The lane of ``storage`` (:data:`GROUP` for the band; KeyError when it is not drawn)."""
         for lane in self.lanes:
             if lane.storage == storage:
                 return lane
         raise KeyError(storage)
+
+    @property
+    def group(self) -> Lane | None:
+        """The band of read-only parameters, buffers and constants, if one is drawn."""
+        return next((lane for lane in self.lanes if lane.members), None)
+
+    @property
+    def shown(self) -> tuple[str, ...]:
+        """Every storage drawn, the band's members included."""
+        return tuple(s for lane in self.lanes for s in (lane.members or (lane.storage,)))
 
 
 # --- regions as byte runs -----------------------------------------------------
@@ -341,6 +389,7 @@ def storage_timeline(
     decisions: Decisions | None = None,
     max_storages: int = 24,
     max_positions: int = 120,
+    group_parameters: bool = True,
 ) -> Timeline:
     """Compute the storage timeline of an analysis (what :func:`plot_timeline` draws).
 
@@ -355,15 +404,22 @@ def storage_timeline(
         original's); without ``window``, the positions from the first of them to the
         last use of what lives in their storages, and the evidence of their decisions.
     window : (int, int), optional
-        First and last position drawn (inclusive). Lanes with nothing in it are dropped.
+        First and last position drawn (inclusive). Lanes with nothing in it are dropped;
+        without ``storages`` and ``around``, so are lanes whose values only live through
+        it (no read, write, definition or clone in the window).
     decisions : CloneEliminationReport or sequence of decisions, optional
         Annotate removed and kept clones.
     max_storages : int
         Without ``storages`` and ``around``, draw at most this many lanes: the storages of
-        clone decisions first, then written storages, then the busiest.
+        clone decisions first, then written storages, then the busiest (the band of
+        parameters counts as one lane).
     max_positions : int
         Without ``window``, draw at most this many positions (from the first active one,
         or around the nodes of ``around``); the timeline's notes say what was cut.
+    group_parameters : bool
+        Without ``storages``, draw the parameters, buffers and constants that the program
+        never writes and no clone decision involves as one band (:data:`GROUP`), when
+        there are at least two of them.
 
     Returns
     -------
@@ -424,30 +480,85 @@ def storage_timeline(
                 first = max(first, min(next(ops, first) - 2, last - max_positions + 1))
             stop = first + max_positions - 1
             notes.append(f"positions {first}-{stop} of {last + 1} shown: pass window=(first, last) or around=")
+    written = {lane.storage for lane in lanes if any(m.kind == "write" for m in lane.accesses)}
+    in_window = [c for c in clones if first <= c.position <= stop]
+    decided = {s for c in in_window for s in (*c.storages, *c.original_storages)}
     lanes = [_clip(lane, first, stop) for lane in lanes]
-    lanes = [lane for lane in lanes if lane.spans or lane.accesses]
+    idle: tuple[str, ...] = ()
+    if explicit:
+        lanes = [lane for lane in lanes if lane.spans or lane.accesses]
+    else:
+        idle = tuple(lane.storage for lane in lanes if not _active(lane, first, stop, decided))
+        lanes = [lane for lane in lanes if lane.storage not in idle]
+        if idle:
+            notes.append(f"{len(idle)} storages with nothing happening in positions {first}-{stop} not shown")
+    if group_parameters and storages is None:
+        grouped = [
+            lane for lane in lanes
+            if lane.role in _GROUPED_ROLES and lane.storage not in written and lane.storage not in decided
+            and lane.accesses
+        ]
+        if len(grouped) >= 2:
+            band = _band(grouped)
+            at = lanes.index(grouped[0])
+            lanes = [lane for lane in lanes if lane not in grouped]
+            lanes.insert(at, band)
+            notes.append(
+                f"{_band_count_text(band)} the program never writes drawn as one band "
+                f"(group_parameters=False draws one lane each)"
+            )
     hidden: tuple[str, ...] = ()
     if not explicit and len(lanes) > max_storages:
         kept = _rank(lanes, clones, max_storages)
-        hidden = tuple(lane.storage for lane in lanes if lane.storage not in kept)
+        hidden = tuple(s for lane in lanes if lane.storage not in kept for s in (lane.members or (lane.storage,)))
         lanes = [lane for lane in lanes if lane.storage in kept]
         notes.append(f"{len(hidden)} more storages active here not shown: pass storages= or around=")
     if symbolic:
         notes.append("symbolic sizes drawn at their trace-time hints")
     names = tuple(n.name for n in nodes[first : stop + 1])
-    shown = {lane.storage for lane in lanes}
-    title = f"storage timeline: {len(lanes)} of {len(every)} storages, positions {first}-{stop} of {last + 1} nodes"
+    shown = {s for lane in lanes for s in (lane.storage, *lane.members)}
+    title = (
+        f"storage timeline: {len(shown - {GROUP})} of {len(every)} storages, "
+        f"positions {first}-{stop} of {last + 1} nodes"
+    )
     return Timeline(
         tuple(lanes),
         (first, stop),
         names,
-        tuple(c for c in clones if first <= c.position <= stop and set(c.storages) & shown),
+        tuple(c for c in in_window if set(c.storages) & shown),
         len(every),
         hidden,
         symbolic,
         title,
         tuple(notes),
+        idle,
     )
+
+
+def _active(lane: Lane, first: int, stop: int, decided: set[str]) -> bool:
+    """Whether something happens to the lane's storage in the window (its lane was clipped to it)."""
+    return (
+        bool(lane.accesses)
+        or lane.storage in decided
+        or any(first <= span.start <= stop for span in lane.spans)
+    )
+
+
+def _band(lanes: list[Lane]) -> Lane:
+    """One lane for read-only parameters, buffers and constants: their reads, their total size."""
+    sizes = [lane.nbytes for lane in lanes]
+    total = None if any(n is None for n in sizes) else sum(n for n in sizes if n is not None)
+    marks = tuple(sorted((m for lane in lanes for m in lane.accesses), key=lambda m: m.position))
+    return Lane(
+        GROUP, "parameter", "", total, (), marks,
+        tuple(lane.storage for lane in lanes), tuple(lane.role for lane in lanes),
+    )
+
+
+def _band_count_text(lane: Lane) -> str:
+    """``"14 parameters, 2 buffers"``: how many of each role the band stands for."""
+    counts = {role: lane.member_roles.count(role) for role in _GROUPED_ROLES if role in lane.member_roles}
+    return ", ".join(f"{n} {role}{'s' if n != 1 else ''}" for role, n in counts.items())
 
 
 def _lane(analysis: AliasAnalysis, sid: str) -> Lane:
@@ -463,17 +574,11 @@ def _lane(analysis: AliasAnalysis, sid: str) -> Lane:
             runs, envelope = _runs(region)
         spans.append(ValueSpan(node.name, sid, start, stop, runs, envelope, _layout(analysis, node)))
     span_of = {sp.value: sp for sp in spans}
-    marks = tuple(
-        AccessMark(
-            acc.position,
-            acc.node.name,
-            acc.kind,
-            acc.value.name,
-            sid,
-            None if acc.whole or acc.value.name not in span_of else span_of[acc.value.name].envelope,
-        )
-        for acc in analysis.storage_accesses(sid)
-    )
+    marks = []
+    for acc in analysis.storage_accesses(sid):
+        span = None if acc.whole else span_of.get(acc.value.name)
+        envelope, runs = (None, ()) if span is None else (span.envelope, span.runs)
+        marks.append(AccessMark(acc.position, acc.node.name, acc.kind, acc.value.name, sid, envelope, runs))
     nbytes = _storage_nbytes(analysis, members)
     if nbytes is None:
         ends = [sp.envelope[1] for sp in spans if sp.envelope is not None]
@@ -483,7 +588,7 @@ def _lane(analysis: AliasAnalysis, sid: str) -> Lane:
     else:
         info = analysis.storage_info(sid)
         role, origin = info.role.value, info.origin
-    return Lane(sid, role, origin, nbytes, tuple(spans), marks)
+    return Lane(sid, role, origin, nbytes, tuple(spans), tuple(marks))
 
 
 def _symbolic(analysis: AliasAnalysis, lane: Lane) -> bool:
@@ -516,10 +621,11 @@ def _rank(lanes: list[Lane], clones: list[CloneMark], limit: int) -> set[str]:
     """The ``limit`` most telling lanes: clone decisions first, then writes, then the busiest."""
     clone_storages = {s for c in clones for s in (*c.storages, *c.original_storages)}
 
-    def score(lane: Lane) -> tuple[bool, bool, int]:
+    def score(lane: Lane) -> tuple[bool, bool, bool, int]:
         written = any(m.kind == "write" for m in lane.accesses)
         touched = bool(lane.accesses)
-        return (lane.storage in clone_storages or written, touched, len(lane.accesses) + len(lane.spans))
+        band = bool(lane.members)  # the band stands for many storages in one lane: always kept
+        return (band, lane.storage in clone_storages or written, touched, len(lane.accesses) + len(lane.spans))
 
     return {lane.storage for lane in sorted(lanes, key=score, reverse=True)[:limit]}
 
@@ -557,15 +663,23 @@ def _centred_window(
 def _clip(lane: Lane, first: int, stop: int) -> Lane:
     spans = tuple(s for s in lane.spans if s.stop >= first and s.start <= stop)
     marks = tuple(m for m in lane.accesses if first <= m.position <= stop)
-    return Lane(lane.storage, lane.role, lane.origin, lane.nbytes, spans, marks)
+    return Lane(lane.storage, lane.role, lane.origin, lane.nbytes, spans, marks, lane.members, lane.member_roles)
 
 
 # --- drawing ------------------------------------------------------------------
 
 _READ = "#1f77b4"
-_PALETTE = ("#8fb8de", "#f2b880", "#9fd69f", "#e69b9b", "#c3aee0", "#c9a79c", "#f0b5de", "#bdbdbd", "#dcdc8a", "#8fd6e0")
+#: Value fills: blues, purples and greys, apart from the decision colours (green removed,
+#: orange kept) and the write colour (red).
+_PALETTE = (
+    "#a6c8e8", "#c9b3e0", "#c8c8c8", "#9fd3e0", "#b8b0e8", "#e2bfe6", "#b4c4d4", "#9db4e8", "#d8c6f0", "#c5cbd3",
+)
 _LANE_GAP = 0.18
 _INCH_PER_POSITION = 0.17
+_MARGIN = 0.15  #: inches around the header and beside the lane labels
+_VALUE_PT = 7.0
+_ROW = 0.17  #: inches per row of value labels inside a lane
+_DASHED = (0, (2.0, 1.5))
 
 
 def _import_matplotlib() -> type[Figure]:
@@ -605,6 +719,8 @@ def _figure_png(figure: Figure) -> bytes:
 
 
 def _lane_height(lane: Lane) -> float:
+    if lane.members:
+        return 0.36
     stripes = max((len(s.runs) for s in lane.spans), default=0)
     if stripes > 1:
         return 1.1
@@ -613,9 +729,16 @@ def _lane_height(lane: Lane) -> float:
     return 0.42
 
 
-def _lane_label(lane: Lane) -> str:
-    origin = f" · from {lane.origin}" if lane.origin else ""
-    return f"{lane.storage}  {lane.role.replace('_', ' ')}\n{_size_text(lane.nbytes)}{origin}"
+def _lane_label(lane: Lane, max_chars: int = 44) -> str:
+    if lane.members:
+        return f"{_band_count_text(lane)}\nread only · {_size_text(lane.nbytes)} in all"
+    origin = lane.origin
+    head = f"{_size_text(lane.nbytes)} · from "
+    if origin and len(head) + len(origin) > max_chars:  # elide the middle of a long name
+        keep = max(6, max_chars - len(head) - 1)
+        origin = origin[: keep // 2] + "…" + origin[len(origin) - (keep - keep // 2) :]
+    second = f"{head}{origin}" if origin else _size_text(lane.nbytes)
+    return f"{lane.storage}  {lane.role.replace('_', ' ')}\n{second}"
 
 
 def _size_text(nbytes: int | None) -> str:
@@ -627,6 +750,22 @@ def _size_text(nbytes: int | None) -> str:
     return f"{nbytes} B"
 
 
+def _wrap(text: str, fits: Callable[[str], bool]) -> str:
+    """``text`` wrapped at the widest line length for which ``fits`` holds (words kept whole)."""
+    if fits(text):
+        return text
+    for width in range(max(len(text) - 1, 1), 9, -2):
+        wrapped = textwrap.fill(text, width, break_long_words=False, break_on_hyphens=False)
+        if fits(wrapped):
+            return wrapped
+    return textwrap.fill(text, 10, break_long_words=False, break_on_hyphens=False)
+
+
+def _tick_label(position: int, name: str) -> str:
+    """``#40 add_``: position 40, node ``add_`` (the storage graph numbers positions the same way)."""
+    return f"#{position} {name}"
+
+
 def plot_timeline(
     source: AliasAnalysis | Timeline,
     *,
@@ -636,6 +775,7 @@ def plot_timeline(
     decisions: Decisions | None = None,
     max_storages: int = 24,
     max_positions: int = 120,
+    group_parameters: bool = True,
     title: str | None = None,
 ) -> Figure:
     """Draw the storage timeline (module docstring) with matplotlib.
@@ -645,7 +785,7 @@ def plot_timeline(
     source : AliasAnalysis or Timeline
         An analysis (the keyword arguments go to :func:`storage_timeline`), or a
         timeline computed already.
-    storages, around, window, decisions, max_storages, max_positions
+    storages, around, window, decisions, max_storages, max_positions, group_parameters
         As for :func:`storage_timeline`.
     title : str, optional
         Replaces the computed title's first part.
@@ -655,7 +795,11 @@ def plot_timeline(
     matplotlib.figure.Figure
         A figure made without ``pyplot`` (no global state): a notebook cell that
         returns it (or ``display(fig)``) shows it as a PNG; ``fig.savefig("t.svg")``
-        writes it.
+        writes it. Its artists carry ids (``get_gid()``) that say what they draw:
+        ``value-<storage>-<value>-<i>`` for the i-th run of a value's bytes,
+        ``read-`` / ``write-<storage>-<node>-<value>-<i>`` for the i-th run an
+        access touches, ``label-<storage>-<value>`` and ``clone-<clone>`` for the
+        labels, ``lane-<storage>`` for a lane's frame.
 
     Raises
     ------
@@ -673,8 +817,11 @@ def plot_timeline(
     """
     figure_class = _import_matplotlib()
     _show_in_notebooks(figure_class)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch, Rectangle
+    from matplotlib.text import Text
+    from matplotlib.transforms import Bbox
 
     if isinstance(source, Timeline):
         timeline = source
@@ -687,20 +834,74 @@ def plot_timeline(
             decisions=decisions,
             max_storages=max_storages,
             max_positions=max_positions,
+            group_parameters=group_parameters,
         )
     first, stop = timeline.window
     npos = stop - first + 1
     heights = [_lane_height(lane) for lane in timeline.lanes]
-    label_room = min(2.1, 0.3 + 0.062 * max((len(n) for n in timeline.names), default=4) + 0.3)
     axes_h = sum(heights) + _LANE_GAP * len(heights) + 0.2
-    fig_h = axes_h + label_room + 1.0
-    lane_labels = [_lane_label(lane) for lane in timeline.lanes]
-    widest = max((len(line) for text in lane_labels for line in text.splitlines()), default=10)
-    left_in = max(1.2, min(3.6, 0.25 + 0.062 * widest))
     axes_w = max(6.0, min(44.0, npos * _INCH_PER_POSITION))
-    fig_w = axes_w + left_in + 0.9
-    fig = figure_class(figsize=(fig_w, fig_h), dpi=100)
-    ax = fig.add_axes((left_in / fig_w, label_room / fig_h, axes_w / fig_w, axes_h / fig_h))
+    fig = figure_class(figsize=(axes_w + 4.0, axes_h + 3.0), dpi=100)
+    canvas: Any = FigureCanvasAgg(fig)  # a renderer to measure text with; savefig picks its own backend
+
+    def size_of(artist: Any) -> tuple[float, float]:
+        box = artist.get_window_extent(canvas.get_renderer())
+        return box.width / fig.dpi, box.height / fig.dpi
+
+    def measure(text: str, **props: Any) -> tuple[float, float]:
+        probe = fig.text(0, 0, text, **props)
+        found = size_of(probe)
+        probe.remove()
+        return found
+
+    # the margins, measured: lane labels on the left, sizes on the right, positions below
+    lane_labels = [_lane_label(lane) for lane in timeline.lanes]
+    label_w = max((measure(text, fontsize=8)[0] for text in lane_labels), default=1.0)
+    left_in = max(1.2, label_w + 0.25)
+    size_w = max((measure(_size_text(lane.nbytes), fontsize=6.5)[0] for lane in timeline.lanes), default=0.3)
+    right_in = max(0.5, 0.25 + size_w)
+    fig_w = left_in + axes_w + right_in
+    x0, x1 = first - 0.6, stop + 0.6
+    inch_per_position = axes_w / (x1 - x0)
+    step = max(1, math.ceil(0.14 / inch_per_position))  # a tick label needs about 0.14 inch
+    ticks = list(range(first, stop + 1, step))
+    tick_labels = [_tick_label(t, timeline.names[t - first]) for t in ticks]
+    tick_h = max((measure(text, fontsize=7.5, rotation=90)[1] for text in tick_labels), default=0.3)
+    xlabel = "program order: #position node · in each lane, the byte offset goes up from 0 to the storage's size"
+    xlabel = _wrap(xlabel, lambda t: measure(t, fontsize=8)[0] <= axes_w)
+    bottom_in = tick_h + 0.12 + measure(xlabel, fontsize=8)[1] + 0.2
+
+    # the header: title, notes and legend wrapped to the figure's width
+    room = fig_w - 2 * _MARGIN
+    head = _wrap(title or timeline.title, lambda t: measure(t, fontsize=10, fontweight="bold")[0] <= room)
+    notes = "; ".join(timeline.notes)
+    if notes:
+        notes = _wrap(notes, lambda t: measure(t, fontsize=7.5)[0] <= room)
+    handles = _legend_handles(timeline, Line2D, Patch)
+    ncol, legend_h = len(handles), 0.0
+    while ncol >= 1:
+        probe_legend = fig.legend(handles=handles, loc="upper left", ncol=ncol, fontsize=7.5, frameon=False)
+        width, legend_h = size_of(probe_legend)
+        probe_legend.remove()
+        if width <= room or ncol == 1:
+            break
+        ncol = max(1, min(ncol - 1, math.ceil(len(handles) / (math.ceil(len(handles) / ncol) + 1)) or 1))
+    head_h = measure(head, fontsize=10, fontweight="bold")[1]
+    notes_h = measure(notes, fontsize=7.5)[1] if notes else 0.0
+    top_in = _MARGIN + head_h + 0.08 + (notes_h + 0.06 if notes else 0.0) + legend_h + 0.12
+    fig_h = top_in + axes_h + bottom_in
+    fig.set_size_inches(fig_w, fig_h)
+    y = fig_h - _MARGIN
+    fig.text(_MARGIN / fig_w, y / fig_h, head, fontsize=10, fontweight="bold", va="top", ha="left")
+    y -= head_h + 0.08
+    if notes:
+        fig.text(_MARGIN / fig_w, y / fig_h, notes, fontsize=7.5, va="top", ha="left", color="#444444")
+        y -= notes_h + 0.06
+    fig.legend(handles=handles, loc="upper left", ncol=ncol, fontsize=7.5, frameon=False,
+               bbox_to_anchor=(_MARGIN / fig_w, y / fig_h), borderaxespad=0.0)
+    ax = fig.add_axes((left_in / fig_w, bottom_in / fig_h, axes_w / fig_w, axes_h / fig_h))
+    ax.set_xlim(x0, x1)
+    ax.set_ylim(0, axes_h)
 
     # lanes from the top: y in inches, counted downwards
     bases: dict[str, tuple[float, float]] = {}
@@ -709,8 +910,6 @@ def plot_timeline(
         y -= height
         bases[lane.storage] = (y, height)
         y -= _LANE_GAP
-    x0, x1 = first - 0.6, stop + 0.6
-    inch_per_position = axes_w / (x1 - x0)
 
     def to_y(sid: str, byte: float, nbytes: int | None) -> float:
         base, height = bases[sid]
@@ -718,13 +917,22 @@ def plot_timeline(
             return base + height / 2
         return base + 0.06 * height + 0.88 * height * (byte / nbytes)
 
+    def extent(lane: Lane, pieces: Iterable[ByteRange]) -> list[tuple[float, float]]:
+        """Drawn y ranges of byte ranges of a lane (at least a hairline high)."""
+        ys = []
+        for lo, hi in pieces:
+            ya, yb = to_y(lane.storage, lo, lane.nbytes), to_y(lane.storage, hi, lane.nbytes)
+            ys.append((ya, max(yb, ya + 0.012)))
+        return ys
+
     colours: dict[str, str] = {}
     decisions_by_clone = {c.clone: c for c in timeline.clones}
+    labels: list[tuple[Lane, ValueSpan, float, float]] = []  # placed after the clone annotations
     for lane in timeline.lanes:
         base, height = bases[lane.storage]
         frame = ROLE_COLOURS.get(lane.role, ("", "#f7f7f7"))[1]
-        ax.add_patch(Rectangle((x0, base), x1 - x0, height, facecolor=frame, edgecolor="#c8c8c8", lw=0.6, zorder=0))
-        occupied: list[tuple[float, float, int]] = []
+        ax.add_patch(Rectangle((x0, base), x1 - x0, height, facecolor=frame, edgecolor="#c8c8c8", lw=0.6, zorder=0,
+                               gid=f"lane-{lane.storage}"))
         for span in lane.spans:
             colour = colours.setdefault(span.value, _PALETTE[len(colours) % len(_PALETTE)])
             clone = decisions_by_clone.get(span.value)
@@ -738,45 +946,53 @@ def plot_timeline(
             if span.envelope is None:
                 ax.add_patch(
                     Rectangle((xa, base + 0.04 * height), xb - xa, 0.92 * height, facecolor="none",
-                              edgecolor="#777777", hatch="xx", lw=0.6, zorder=1)
+                              edgecolor="#777777", hatch="xx", lw=0.6, zorder=1, gid=f"value-{lane.storage}-{span.value}-0")
                 )
             else:
                 pieces = span.runs if span.runs else (span.envelope,)
-                for lo, hi in pieces:
-                    ya, yb = to_y(lane.storage, lo, lane.nbytes), to_y(lane.storage, hi, lane.nbytes)
+                for i, (ya, yb) in enumerate(extent(lane, pieces)):
                     ax.add_patch(
-                        Rectangle((xa, ya), xb - xa, max(yb - ya, 0.012), facecolor=colour, alpha=0.8,
+                        Rectangle((xa, ya), xb - xa, yb - ya, facecolor=colour, alpha=0.85,
                                   edgecolor=edge, lw=0.6, hatch=hatch if hatch else (None if span.runs else ".."),
-                                  zorder=2)
+                                  zorder=2, gid=f"value-{lane.storage}-{span.value}-{i}")
                     )
-            if clone is not None:
-                continue  # the clone's annotation names it
-            # a label at the value's start, in the first free text row of the lane
-            rows = max(1, int(height / 0.18))
-            width = 0.05 * len(span.value) / inch_per_position
-            for row in range(rows):
-                if all(not (r == row and a < xa + width and xa < b) for a, b, r in occupied):
-                    occupied.append((xa, xa + width + 0.3, row))
-                    ax.text(xa + 0.05, base + height - 0.03 - row * 0.17, span.value, fontsize=7, va="top",
-                            ha="left", color="#1a1a1a", zorder=6, clip_on=True,
-                            bbox={"boxstyle": "square,pad=0.05", "fc": "white", "ec": "none", "alpha": 0.7})
-                    break
+            if clone is None:  # a clone's annotation names it
+                labels.append((lane, span, xa, xb))
         for mark in lane.accesses:
-            if mark.envelope is None:
-                ya, yb = base + 0.04 * height, base + 0.96 * height
+            if lane.members or mark.envelope is None:
+                exact, ys = bool(lane.members), [(base + 0.1 * height, base + 0.9 * height)]
             else:
-                ya, yb = to_y(lane.storage, mark.envelope[0], lane.nbytes), to_y(lane.storage, mark.envelope[1], lane.nbytes)
-            if mark.kind == "write":
-                xm = mark.position + 0.14
-                ax.plot([xm, xm], [ya, yb], color=WRITE_COLOUR, lw=2.2, zorder=4, solid_capstyle="butt")
-                ax.plot([xm], [yb], marker="v", color=WRITE_COLOUR, ms=4.5, zorder=5)
+                exact = bool(mark.runs)
+                ys = extent(lane, mark.runs if mark.runs else (mark.envelope,))
+            write = mark.kind == "write"
+            xm = mark.position + (0.14 if write else -0.14)
+            colour = WRITE_COLOUR if write else _READ
+            for i, (ya, yb) in enumerate(ys):
+                ax.plot([xm, xm], [ya, yb], color=colour, lw=2.2 if write else 1.1, zorder=4, solid_capstyle="butt",
+                        ls="-" if exact else _DASHED, gid=f"{mark.kind}-{lane.storage}-{mark.node}-{mark.value}-{i}")
+            if write:
+                ax.plot([xm], [max(yb for _, yb in ys)], marker="v", color=WRITE_COLOUR, ms=4.5, zorder=5)
             else:
-                xm = mark.position - 0.14
-                ax.plot([xm, xm], [ya, yb], color=_READ, lw=1.1, zorder=4, solid_capstyle="butt")
-                ax.plot([xm], [(ya + yb) / 2], marker="o", color=_READ, ms=3, zorder=5)
-        ax.text(x1 + 0.15, base + 0.02 * height, "0", fontsize=6.5, color="#777777", va="bottom", clip_on=False)
-        ax.text(x1 + 0.15, base + 0.98 * height, _size_text(lane.nbytes), fontsize=6.5, color="#777777", va="top",
-                clip_on=False)
+                ax.plot([xm], [(min(ya for ya, _ in ys) + max(yb for _, yb in ys)) / 2], marker="o", color=_READ, ms=3,
+                        zorder=5)
+        if not lane.members:
+            ax.text(x1 + 0.15, base + 0.02 * height, "0", fontsize=6.5, color="#777777", va="bottom", clip_on=False)
+            ax.text(x1 + 0.15, base + 0.98 * height, _size_text(lane.nbytes), fontsize=6.5, color="#777777", va="top",
+                    clip_on=False)
+
+    # labels: clone annotations first, then value labels, each where it overlaps no other label
+    renderer = canvas.get_renderer()
+    area = ax.get_window_extent(renderer)
+    placed: list[Any] = []
+
+    gap = 0.04 * fig.dpi  # pixels kept free between two labels
+
+    def fits(artist: Text, inside: Any) -> bool:
+        box = artist.get_window_extent(renderer)
+        if box.x0 < inside.x0 - 0.5 or box.x1 > inside.x1 + 0.5 or box.y0 < inside.y0 - 0.5 or box.y1 > inside.y1 + 0.5:
+            return False
+        padded = Bbox.from_extents(box.x0 - gap, box.y0 - gap, box.x1 + gap, box.y1 + gap)
+        return not any(padded.overlaps(other) for other in placed)
 
     spans_by_value = {(s.storage, s.value): s for lane in timeline.lanes for s in lane.spans}
     lanes_by_id = {lane.storage: lane for lane in timeline.lanes}
@@ -791,19 +1007,25 @@ def plot_timeline(
         own = spans_by_value.get((lanes_here[0], clone.clone))
         end = min(own.stop, stop) if own is not None else clone.position
         start = max(own.start if own is not None else clone.position, first)
-        # beside the clone's bytes, on the side with room for the text (the right one if both have)
-        needed = 0.075 * max(len(line) for line in text.splitlines())
-        room_right = (x1 - end - 0.5) * inch_per_position
-        room_left = (start - 0.5 - x0) * inch_per_position
-        if room_right >= needed or room_right >= room_left:
-            at, ha, dx = end + 0.5, "left", 3
-        else:
-            at, ha, dx = start - 0.5, "right", -3
-        ax.annotate(
-            text, (at, base + height * 0.5), xytext=(dx, 0), textcoords="offset points", fontsize=7.5,
-            color=colour, fontweight="bold", va="center", ha=ha, zorder=7, annotation_clip=False,
+        note: Any = ax.annotate(
+            text, (end + 0.5, base + height * 0.5), xytext=(3, 0), textcoords="offset points", fontsize=7.5,
+            color=colour, fontweight="bold", va="center", ha="left", zorder=7, annotation_clip=False,
             bbox={"boxstyle": "round,pad=0.15", "fc": REMOVED_FILL if removed else KEPT_FILL, "ec": colour, "lw": 0.6},
+            gid=f"clone-{clone.clone}",
         )
+        # beside the clone's bytes (right, then left), else inside the lane wherever there is room
+        candidates = [(end + 0.5, "left", 3), (start - 0.5, "right", -3)]
+        candidates += [(x, "left", 0) for x in _steps(x0 + 0.1, x1, 2.0)]
+        for at, ha, dx in candidates:
+            note.xy = (at, base + height * 0.5)
+            note.set_ha(ha)
+            note.xyann = (dx, 0)
+            if fits(note, area):
+                break
+        else:  # no room anywhere: beside the clone's bytes, inside the axes
+            note.xy, note.xyann = (max(x0 + 0.1, start - 0.5), base + height * 0.5), (0, 0)
+            note.set_ha("left")
+        placed.append(note.get_window_extent(renderer))
         for sid in clone.original_storages:
             if sid in bases and sid not in clone.storages:
                 ob, oh = bases[sid]
@@ -824,48 +1046,79 @@ def plot_timeline(
                 ]
                 points = [(bases[sid], m.envelope, sid) for sid, m in where] or [((base, height), None, "")]
                 for (lb, lh), envelope, sid in points[:3]:
-                    ys = lb + lh * 0.5
+                    ys_ = lb + lh * 0.5
                     if envelope is not None and sid:
-                        ys = (to_y(sid, envelope[0], lanes_by_id[sid].nbytes) + to_y(sid, envelope[1], lanes_by_id[sid].nbytes)) / 2
-                    ax.plot([xe], [ys], marker="*", color=EVIDENCE_COLOUR, ms=9, zorder=6,
+                        nbytes = lanes_by_id[sid].nbytes
+                        ys_ = (to_y(sid, envelope[0], nbytes) + to_y(sid, envelope[1], nbytes)) / 2
+                    ax.plot([xe], [ys_], marker="*", color=EVIDENCE_COLOUR, ms=9, zorder=6,
                             markeredgecolor="#6b3d00", markeredgewidth=0.4)
 
-    ax.set_xlim(x0, x1)
-    ax.set_ylim(0, axes_h)
+    to_data = ax.transData.inverted()
+    for lane, span, xa, xb in labels:
+        base, height = bases[lane.storage]
+        inside = ax.transData.transform([(x0, base), (x1, base + height)])
+        lane_box = Bbox.from_extents(inside[0][0], inside[0][1], inside[1][0], inside[1][1])
+        label = ax.text(xa + 0.05, base + height - 0.03, span.value, fontsize=_VALUE_PT, va="top", ha="left",
+                        color="#1a1a1a", zorder=6, clip_on=False, gid=f"label-{lane.storage}-{span.value}",
+                        bbox={"boxstyle": "square,pad=0.05", "fc": "white", "ec": "none", "alpha": 0.75})
+        rows = max(1, int((height - 0.03) / _ROW))
+        done = False
+        for row in range(rows):
+            ty = base + height - 0.03 - row * _ROW
+            starts = [xa + 0.05]  # the value's start, then just right of each label in the way
+            starts += sorted(to_data.transform((b.x1 + 2 * gap, b.y0))[0] for b in placed
+                             if lane_box.y0 <= b.y1 and b.y0 <= lane_box.y1)
+            for tx in [x for x in starts if xa <= x <= xb]:
+                label.set_position((tx, ty))
+                if fits(label, lane_box):
+                    done = True
+                    break
+            if done:
+                break
+        if done:
+            placed.append(label.get_window_extent(renderer))
+        else:  # no room: left out rather than drawn over another label
+            label.remove()
+
     ax.set_yticks([bases[lane.storage][0] + bases[lane.storage][1] / 2 for lane in timeline.lanes])
     ax.set_yticklabels(lane_labels, fontsize=8)
     ax.tick_params(axis="y", length=0)
-    step = max(1, math.ceil(0.14 / inch_per_position))  # a tick label needs about 0.14 inch
-    ticks = list(range(first, stop + 1, step))
     ax.set_xticks(ticks)
-    ax.set_xticklabels([f"{timeline.names[t - first]} {t}" for t in ticks], rotation=90, fontsize=7.5)
+    ax.set_xticklabels(tick_labels, rotation=90, fontsize=7.5)
     ax.tick_params(axis="x", length=2, pad=2)
     for t in ticks:
         ax.axvline(t, color="#e3e3e3", lw=0.4, zorder=0.5)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
-    ax.set_xlabel("program order (node, position)", fontsize=8)
-    head = title or timeline.title
-    notes = list(timeline.notes)
-    fig.text(left_in / fig_w, 1 - 0.12 / fig_h, head, fontsize=10, fontweight="bold", va="top")
-    if notes:
-        fig.text(left_in / fig_w, 1 - 0.36 / fig_h, "; ".join(notes), fontsize=7.5, va="top", color="#444444")
-    legend = [
-        Line2D([], [], color=_READ, lw=1.2, marker="o", ms=3, label="read"),
-        Line2D([], [], color=WRITE_COLOUR, lw=2.2, marker="v", ms=4.5, label="write"),
-        Patch(facecolor=_PALETTE[0], edgecolor="#555555", label="value: bytes, definition to last use"),
-    ]
-    if any(sp.envelope is None for lane in timeline.lanes for sp in lane.spans):
-        legend.append(Patch(facecolor="none", edgecolor="#777777", hatch="xx", label="place unknown"))
-    if timeline.clones:
-        legend += [
-            Patch(facecolor=REMOVED_FILL, edgecolor="#2e7d32", hatch="///", label="clone removed"),
-            Patch(facecolor=KEPT_FILL, edgecolor="#b35900", label="clone kept"),
-            Line2D([], [], color=EVIDENCE_COLOUR, marker="*", ms=8, lw=0, label="evidence of a keep"),
-        ]
-    fig.legend(handles=legend, loc="upper right", ncol=len(legend), fontsize=7.5, frameon=False,
-               bbox_to_anchor=(1 - 0.3 / fig_w, 1 - 0.55 / fig_h))
+    ax.set_xlabel(xlabel, fontsize=8)
     return fig
+
+
+def _steps(lo: float, hi: float, step: float) -> list[float]:
+    return [lo + i * step for i in range(max(0, int((hi - lo) / step) + 1))]
+
+
+def _legend_handles(timeline: Timeline, line: Any, patch: Any) -> list[Any]:
+    kinds = {m.kind for lane in timeline.lanes for m in lane.accesses}
+    handles = [
+        line([], [], color=_READ, lw=1.2, marker="o", ms=3, label="read"),
+        line([], [], color=WRITE_COLOUR, lw=2.2, marker="v", ms=4.5, label="write (over the bytes it touches)"),
+    ]
+    handles = [h for h, kind in zip(handles, ("read", "write")) if kind in kinds]
+    handles.append(patch(facecolor=_PALETTE[0], edgecolor="#555555", label="value: its bytes, definition to last use"))
+    marks = [m for lane in timeline.lanes if not lane.members for m in lane.accesses]
+    if any(not m.runs for m in marks):
+        handles.append(line([], [], color="#555555", lw=1.2, ls=_DASHED, label="access somewhere in the range"))
+    if any(sp.envelope is None for lane in timeline.lanes for sp in lane.spans):
+        handles.append(patch(facecolor="none", edgecolor="#777777", hatch="xx", label="place unknown"))
+    actions = {c.action for c in timeline.clones}
+    if "remove" in actions:
+        handles.append(patch(facecolor=REMOVED_FILL, edgecolor="#2e7d32", hatch="///", label="clone removed"))
+    if "keep" in actions:
+        handles.append(patch(facecolor=KEPT_FILL, edgecolor="#b35900", label="clone kept"))
+    if any(c.action == "keep" and set(c.evidence) - {c.original} for c in timeline.clones):
+        handles.append(line([], [], color=EVIDENCE_COLOUR, marker="*", ms=8, lw=0, label="evidence of a keep"))
+    return handles
 
 
 def save_timeline(figure_or_analysis: Figure | AliasAnalysis | Timeline, path: str | Path, **kwargs: Any) -> Path:

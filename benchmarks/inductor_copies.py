@@ -7,13 +7,15 @@ configurations:
 - **pass**: ``post_grad_custom_post_pass=CloneEliminationPass(guard=False)``
   (lowering and clone elimination only);
 - **guard**: ``rewrite.inductor.compile_options()``, the one-line install:
-  the pass with its hazard guard (H1-H6) and the joint-graph guard (H7).
+  the pass with its hazard guard (H1-H6, H9) and the joint-graph guard (H7,
+  H8).
 
 The programs: every custom-op program of ``tests/test_inductor.py``, under both
 functionalization versions (``torch._inductor.config.enable_auto_functionalized_v2``
 True = ``v2``, False = ``v1``); and every program of
 ``tests/test_inductor_guard.py`` (faithful repros of public Inductor bug
-reports, variants of each bug class, controls with none of the hazards).
+reports, variants of each bug class H1-H9, controls with none of the hazards;
+a program that breaks the graph counts the copies of every graph it compiles).
 Each compile is compared with eager (outputs, inputs and module buffers
 afterwards, and which outputs share storage with inputs) and its final
 generated code (``run_and_get_code``) is read for *copies*:

@@ -283,6 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--html", metavar="FILE", type=Path, help="write a self-contained HTML report to FILE")
     ex.add_argument("--timeline", metavar="FILE", type=Path, help="write the storage timeline to FILE (.svg or .png)")
     ex.add_argument("--dot", metavar="FILE", type=Path, help="write the storage graph as Graphviz DOT to FILE")
+    ex.add_argument(
+        "--summary",
+        action="store_true",
+        help="print only the summary and the clone decisions (a few dozen lines on large programs)",
+    )
 
     rw = sub.add_parser(
         "rewrite",
@@ -432,6 +437,8 @@ def run_demo(
 
 
 def _load(args: argparse.Namespace, progress: ProgressReporter) -> torch.export.ExportedProgram:
+    if args.imports and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # --import finds ./myops.py, as `python -m` does (the console script does not)
     import_modules(args.imports)
     with progress(f"loading {args.program}"):
         return load_program(args.program)
@@ -454,7 +461,7 @@ def _run_explain(args: argparse.Namespace, progress: ProgressReporter, out: Text
 
     program = _load(args, progress)
     explanation = explain(program, donated_inputs=donated, name=program_path.name, phase=progress)
-    print(explanation.text(), file=out)
+    print(explanation.text(summary=args.summary), file=out)
     if args.dot is not None:
         _write_text(args.dot, explanation.dot())
         print(f"\nwrote the storage graph to {args.dot} (Graphviz DOT)", file=out)

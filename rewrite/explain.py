@@ -23,6 +23,22 @@ Example
 >>> e = explain(make_fx(f, tracing_mode="fake")(torch.randn(3)))
 >>> e.report.removed
 ('clone',)
+>>> print(e.text(summary=True))
+program: 5 nodes, 4 storages, 1 clone candidate: 1 removed, 0 kept
+inputs: 1 user input (0:x_1)
+storages: 4 (1 user input, 3 intermediate); no write in place
+alias sets: none (no two values share a storage)
+<BLANKLINE>
+== clone elimination ==
+clone  original  action  reason     evidence
+-----  --------  ------  ---------  --------
+clone  mul       remove  removable
+1 removed, 0 kept
+<BLANKLINE>
+reasons:
+  removable: no condition requires the copy
+<BLANKLINE>
+(summary: e.text() or fx-aliasing explain without --summary adds every input, storage, alias set, read and write)
 >>> "== storages ==" in e.text()
 True
 """
@@ -32,7 +48,13 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import json
+import logging
+import re
+import textwrap
 import zipfile
+import zlib
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +65,7 @@ import torch.fx
 
 from aliasing import AliasAnalysis, analyze, plot_timeline, to_dot
 from aliasing.errors import AliasingError
+from aliasing.roles import CALLER_VISIBLE
 from rewrite.decisions import CloneEliminationReport
 from rewrite.eliminate import eliminate_clones
 from rewrite.testing import copy_program
@@ -51,6 +74,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "SUMMARY_DECISIONS",
     "Explanation",
     "Phase",
     "ProgramFileError",
@@ -67,6 +91,9 @@ __all__ = [
 ]
 
 Program = Union[torch.fx.GraphModule, "torch.export.ExportedProgram"]
+
+#: The summary lists decisions one a line up to this many; beyond, grouped by action and reason.
+SUMMARY_DECISIONS: int = 12
 
 #: A progress hook: ``phase("analysing")`` returns a context manager around one phase of work.
 Phase = Callable[[str], contextlib.AbstractContextManager[None]]
@@ -220,19 +247,31 @@ class Explanation:
         """The original program's ``GraphModule``."""
         return _graph_module(self.program)
 
-    def text(self) -> str:
-        """Storages, alias sets, per-storage accesses and decisions, as ``fx-aliasing explain`` prints them."""
-        gm = self.graph_module
-        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        inputs = ", ".join(f"{i}:{n.name} ({self.analysis.role(n).value})" for i, n in enumerate(placeholders))
-        parts = [
-            f"{self.name}: {len(gm.graph.nodes)} nodes, {len(self.analysis.storages)} storages, "
-            f"{len(self.report.decisions)} clone candidates",
-            f"inputs (placeholder position:name): {inputs or '-'}",
+    def text(self, *, summary: bool = False) -> str:
+        """What ``fx-aliasing explain`` prints: a summary and the clone decisions first, then the details.
+
+        The summary (a few lines: nodes, inputs by role, storages and what is written
+        in place, alias sets) and the decision table with what each reason means come
+        first; then, unless ``summary``, every input with its placeholder position,
+        the storages table, the alias sets with their provably disjoint pairs, and the
+        reads and writes of each storage in graph order. With ``summary=True`` the text
+        stays short on large programs: a few dozen lines, decisions beyond
+        :data:`SUMMARY_DECISIONS` grouped by action and reason.
+        """
+        parts = [*_summary_lines(self), "", "== clone elimination ==", _decision_text(self.report, brief=summary)]
+        if summary:
+            parts.append(
+                "\n(summary: e.text() or fx-aliasing explain without --summary adds every input, storage, "
+                "alias set, read and write)"
+            )
+            return "\n".join(parts)
+        placeholders = [n for n in self.graph_module.graph.nodes if n.op == "placeholder"]
+        inputs = _packed([f"{i}:{n.name} ({self.analysis.role(n).value})" for i, n in enumerate(placeholders)])
+        parts += [
+            "\n== inputs (placeholder position:name (role)) ==\n" + (inputs or "-"),
             "\n== storages ==\n" + format_storages(self.analysis),
             "\n== alias sets (values that may share storage) ==\n" + format_alias_sets(self.analysis),
             "\n== reads and writes per storage, in graph order ==\n" + format_accesses(self.analysis),
-            "\n== clone elimination ==\n" + format_decisions(self.report),
         ]
         return "\n".join(parts)
 
@@ -261,6 +300,147 @@ class Explanation:
         except OSError as exc:
             raise ProgramFileError(f"cannot write {path}: {exc}") from exc
         return path
+
+
+#: Width the summary and the inputs list wrap to.
+_WIDTH = 100
+
+
+def _packed(entries: Sequence[str], width: int = _WIDTH) -> str:
+    """Entries joined by ``", "``, as many a line as fit in ``width`` (an entry is never split)."""
+    lines: list[str] = []
+    for entry in entries:
+        if lines and len(lines[-1]) + 2 + len(entry) <= width:
+            lines[-1] += ", " + entry
+        else:
+            if lines:
+                lines[-1] += ","
+            lines.append(entry)
+    return "\n".join(lines)
+
+
+def _line(pieces: Sequence[str], width: int = _WIDTH) -> str:
+    """Pieces joined by ``"; "``, wrapped between pieces where it can (continuation lines indented)."""
+    lines: list[str] = []
+    for piece in pieces:
+        if lines and len(lines[-1]) + 2 + len(piece) <= width:
+            lines[-1] += "; " + piece
+            continue
+        if lines:
+            lines[-1] += ";"
+        indent = "    " if lines else ""
+        lines.extend(textwrap.wrap(piece, width, initial_indent=indent, subsequent_indent="    ", break_on_hyphens=False))
+    return "\n".join(lines)
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _listed(names: Sequence[str], limit: int = 8) -> str:
+    """``a, b, c`` or ``a, b, ... (and 12 more)``."""
+    if len(names) <= limit:
+        return ", ".join(names)
+    return ", ".join(names[:limit]) + f", ... (and {len(names) - limit} more)"
+
+
+def _positions(positions: Sequence[int]) -> str:
+    """``0-37`` or ``2, 5, 9-11``: placeholder positions as ranges."""
+    ranges: list[list[int]] = []
+    for p in positions:
+        if ranges and p == ranges[-1][1] + 1:
+            ranges[-1][1] = p
+        else:
+            ranges.append([p, p])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges)
+
+
+def _summary_lines(e: Explanation) -> list[str]:
+    """The first lines of :meth:`Explanation.text`: counts, inputs by role, storages, writes, alias sets."""
+    analysis, report = e.analysis, e.report
+    gm = e.graph_module
+    lines = [
+        f"{e.name}: {len(gm.graph.nodes)} nodes, {len(analysis.storages)} storages, "
+        f"{_plural(len(report.decisions), 'clone candidate')}: {len(report.removed)} removed, {len(report.kept)} kept"
+    ]
+    # inputs: user inputs by name (what --donated takes), the rest by role with their positions
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    by_role: dict[str, list[int]] = {}
+    for i, n in enumerate(placeholders):
+        by_role.setdefault(analysis.role(n).value, []).append(i)
+    inputs = []
+    for role, positions in by_role.items():
+        words = _plural(len(positions), role.replace("_", " "))
+        names = [f"{i}:{placeholders[i].name}" for i in positions]
+        detail = _listed(names, 6) if role in ("user_input", "donated_input") or len(positions) <= 4 else (
+            f"positions {_positions(positions)}"
+        )
+        inputs.append(f"{words} ({detail})")
+    lines.append(_line(["inputs: " + (inputs[0] if inputs else "none"), *inputs[1:]]))
+    # storages by role, and what is written in place (the caller's memory by name)
+    roles = Counter(analysis.storage_role(sid).value for sid in analysis.storages)
+    written: dict[str, list[str]] = {}
+    for sid in analysis.storages:
+        writers = list(dict.fromkeys(a.node.name for a in analysis.storage_accesses(sid) if a.kind == "write"))
+        if writers:
+            written[sid] = writers
+    counts = ", ".join(f"{n} {role.replace('_', ' ')}" for role, n in roles.items())
+    caller = [
+        f"{analysis.storage_info(sid).origin} by {_listed(writers, 3)}"
+        for sid, writers in written.items()
+        if analysis.storage_role(sid) in CALLER_VISIBLE
+    ]
+    where = [f"{_plural(len(written), 'storage')} written in place" if written else "no write in place"]
+    if written:
+        where.append(f"the caller's memory: {_listed(caller, 4)}" if caller else "none of them the caller's memory")
+    lines.append(_line([f"storages: {len(analysis.storages)} ({counts})", *where]))
+    # alias sets of several values
+    sets: dict[tuple[str, ...], int] = {}
+    for node in analysis.nodes:
+        if node.op == "output" or not analysis.storage_of(node):
+            continue
+        members = analysis.alias_set(node)
+        if len(members) > 1:
+            sets[tuple(m.name for m in members)] = len(members)
+    if sets:
+        largest = max(sets, key=lambda k: sets[k])
+        lines.append(
+            f"alias sets: {len(sets)} of values sharing a storage, the largest {len(largest)} values "
+            f"({_listed(list(largest), 4)})"
+        )
+    else:
+        lines.append("alias sets: none (no two values share a storage)")
+    if e.donated_inputs:
+        lines.append("donated: " + ", ".join(f"{i}:{placeholders[i].name}" for i in e.donated_inputs))
+    if report.opaque:
+        lines.append(f"opaque nodes (answered conservatively): {_listed(list(report.opaque))}")
+    if report.error:
+        lines.append(f"error (every clone kept): {report.error}")
+    return [_line([line]) for line in lines]
+
+
+def _decision_text(report: CloneEliminationReport, *, brief: bool) -> str:
+    """The decision table; when ``brief`` and there are many decisions, grouped by action and reason."""
+    if not brief or len(report.decisions) <= SUMMARY_DECISIONS:
+        return format_decisions(report) if report.decisions else "no clone in the program"
+    groups: dict[tuple[str, str], list[str]] = {}
+    for d in sorted(report.decisions, key=lambda d: d.action != "keep"):  # kept first
+        key = (d.action, f"{d.reason.condition} {d.reason.value}" if d.reason.condition else d.reason.value)
+        groups.setdefault(key, []).append(d.node)
+    lines = [f"{len(report.removed)} removed, {len(report.kept)} kept (the table: without --summary)"]
+    for (action, reason), clones in groups.items():
+        what = "kept" if action == "keep" else "removed"
+        head = f"  {what} {len(clones)}, {reason}: "
+        for shown in range(len(clones), 0, -1):  # at most three lines a group
+            names = ", ".join(clones[:shown]) + (f", ... and {len(clones) - shown} more" if shown < len(clones) else "")
+            body = textwrap.fill(names, _WIDTH, initial_indent=head, subsequent_indent="      ")
+            if body.count("\n") < 3:
+                break
+        lines.append(body)
+    reasons = list(dict.fromkeys(d.reason for d in report.decisions))
+    lines.append("\nreasons:")
+    lines.extend(textwrap.fill(f"  {r.value}: {r.description}", _WIDTH, subsequent_indent="      ") for r in reasons)
+    return "\n".join(lines)
 
 
 def _graph_module(program: Any) -> torch.fx.GraphModule:
@@ -424,19 +604,72 @@ def load_program(path: str | Path, *, imports: Iterable[str] = ()) -> torch.expo
             f"{path} is not an exported program: it is a zip archive without torch.export's model files "
             f"(a torch.save checkpoint? save the program with torch.export.save(torch.export.export(model, args), path))"
         )
+    records: list[logging.LogRecord] = []
     try:
-        with _quiet_warnings():
+        with _quiet_warnings(), _captured_log("torch.export", records):
             program = torch.export.load(path)
     except Exception as exc:  # torch raises many kinds; all mean "not a program this torch can load"
-        hint = ""
-        if "operator" in str(exc).lower() or "op" in type(exc).__name__.lower():
-            hint = " (if the program uses custom ops, import the module that registers them: --import MODULE)"
-        raise ProgramFileError(
-            f"{path} could not be loaded as an exported program: {type(exc).__name__}: {exc}{hint}"
-        ) from exc
+        raise ProgramFileError(_load_failure(path, exc, records)) from exc
     if not isinstance(program, torch.export.ExportedProgram):
         raise ProgramFileError(f"{path} holds a {type(program).__name__}, not an ExportedProgram")
     return program
+
+
+@contextlib.contextmanager
+def _captured_log(name: str, records: list[logging.LogRecord]) -> Iterator[None]:
+    """Keep what logger ``name`` says during the block (torch.export.load logs a whole traceback at
+    WARNING before it raises) in ``records`` instead of printing it: the error says it in one line."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        records.append(record)
+        return False  # a logger's filter runs before its handlers (torch's own) and before propagation
+
+    logger = logging.getLogger(name)
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
+
+
+_UNRESOLVED_OP = re.compile(r"resolve (?:torch\.ops\.)?(([A-Za-z_]\w*)\.[\w.]+) to an operator")
+_DAMAGED = (UnicodeDecodeError, json.JSONDecodeError, zipfile.BadZipFile, zlib.error, EOFError)
+
+
+def _load_failure(path: Path, exc: BaseException, records: Sequence[logging.LogRecord]) -> str:
+    """One line saying why ``torch.export.load`` failed on ``path``, from the exception and from what
+    torch logged (the real cause is often only in the logged traceback)."""
+    causes: list[BaseException] = []
+
+    def add(e: BaseException | None) -> None:
+        while e is not None and e not in causes:
+            causes.append(e)
+            e = e.__cause__ or e.__context__
+
+    add(exc)
+    for record in records:
+        if record.exc_info and record.exc_info[1] is not None:
+            add(record.exc_info[1])
+    for e in causes:
+        found = _UNRESOLVED_OP.search(str(e))
+        if found:
+            op, namespace = found.group(1), found.group(2)
+            return (
+                f"{path} uses the custom op {op}, which no imported module registers: pass --import MODULE "
+                f"(imports= from Python), the module that defines the {namespace!r} ops"
+            )
+    damaged = next((e for e in causes if isinstance(e, _DAMAGED)), None)
+    if damaged is None:
+        damaged = next((e for e in causes if "PytorchStreamReader" in str(e) or "hasRecord" in str(e)), None)
+    if damaged is not None:
+        first = str(damaged).splitlines()[0].split("  (Could this error message")[0] if str(damaged) else ""
+        return (
+            f"{path} could not be loaded as an exported program: the file is damaged or incomplete "
+            f"({type(damaged).__name__}: {first}); save the program again with torch.export.save"
+        )
+    root = causes[-1]
+    first = str(root).splitlines()[0] if str(root) else ""
+    return f"{path} could not be loaded as an exported program: {type(root).__name__}: {first}"
 
 
 @contextlib.contextmanager

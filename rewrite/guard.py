@@ -9,7 +9,8 @@ makes Inductor's result right, and nothing where none of the hazards is present.
 Inductor 2.13's pipeline, as far as the guard relies on it: the joint graph's
 ``remove_noop_ops`` replaces every ``clone``/``copy``/``alias`` whose fake
 value has the source's sizes, strides and dtype by its source (storage offset
-and later mutations are ignored); after the post-grad hooks,
+and later mutations are ignored), and its ``pointless_view`` pattern a
+``view`` to the sizes its operand already has; after the post-grad hooks,
 ``reinplace_inplaceable_ops`` turns ``index_put``, ``_unsafe_index_put`` and
 the scatters (``slice/select/diagonal/as_strided_scatter``, canonicalised to
 one generalized scatter) into in-place writes of their first argument, then
@@ -33,7 +34,9 @@ H2 in-placed result overwritten: Inductor writes a scatter or ``index_put``
    then writes the copy; eager copies ``M`` there too).
 H3 in-placed result returned: the same op, when its result is also copied back
    into ``M`` (the write-back is then dropped) and returned, makes the output
-   an alias of the input (#195451). Fix: return a clone of the result.
+   an alias of the input (#195451). Fix: return a clone of the result; not
+   where the output is a view of ``M`` in eager too (the runtime regenerates
+   it from ``M``).
 H4 write-back reading the in-placed result elsewhere: after the in-place op,
    ``M`` is written a second time by its write-back, whose value reads the
    op's result at other positions (a flip, a shifted view, a gather, a
@@ -55,6 +58,34 @@ H7 offset-changing clone (joint graph, before ``remove_noop_ops``): a clone
    dropped although an opaque op (a custom op) may observe the offset
    (#197489). Fix: spell the clone ``aten.as_strided_copy`` of the same
    layout, which the no-op removal does not know (a copy all the same).
+H8 returned values collapsed into one object (joint graph, before the no-op
+   removal and ``pointless_view``): two returned values of one storage whose
+   layouts are their storage root's (a value and a no-op ``view``,
+   ``reshape``, ``detach``, full slice, ``t().t()`` of it) are returned by
+   Inductor as one tensor object (the no-op views are dropped, and the
+   wrapper code returns a same-layout view of a buffer as the buffer),
+   where eager returns distinct objects over the storage: after a graph
+   break, ``alias.resize_(12)`` resizes ``base`` too (#191449; torch 2.15's
+   AOTAutograd regenerates a no-op view of another output, not a
+   ``detach``). Fix: return ``aten.view_as(v, v)`` instead, a view op
+   Inductor has no lowering for and calls as a fallback kernel: a distinct
+   object over the same storage, no copy.
+H9 storage-relative view of a materialised view (post-grad graph): an
+   ``as_strided`` is relative to its operand's storage, but Inductor realizes
+   the operand with its own strides, and a view of an unrealized
+   intermediate (``x.repeat(...)[:, ::2]``, a diagonal, an offset slice)
+   becomes a compact buffer holding only the view's elements: the
+   ``as_strided`` reads the wrong elements and past the buffer's end
+   (#197431; torch 2.15 refuses to compile it instead). Fix: rebase the
+   ``as_strided`` onto the storage root, with the same sizes, strides and
+   offset (the operand's own offset where none is given; the root's storage
+   viewed in the operand's dtype where the views change it): the same view,
+   no copy; Inductor realizes the root as laid out.
+
+Which outputs the caller receives as they are (:class:`OutputRoles`) matters
+to H3 and H8: AOTAutograd regenerates every output that is a view of an input
+in eager (and, from 2.15, a no-op view of another output), whatever the graph
+returns there; :mod:`rewrite.inductor` reads it from AOTAutograd's metadata.
 
 Every guard copy is an ``aten.clone`` (H7: ``aten.as_strided_copy``); where
 its layout is observed (a returned value, a scatter's base: H2-H4) it keeps
@@ -63,7 +94,7 @@ the exact layout of what it copies (the flat storage-prefix copy of
 clone whose source Inductor writes later is materialised before that write.
 Read literally on the FX graph a guard clone is removable, so the clone
 elimination must be told to keep them (:attr:`GuardReport.clones`; H1 runs
-before it, H2-H6 after it). Which ops Inductor will write in place is
+before it, H2-H6 and H9 after it). Which ops Inductor will write in place is
 predicted from the graph (:func:`predict_reinplacing`); a prediction of "in
 place" that Inductor does not follow costs a copy, never a wrong result.
 Each rewrite is reported (:class:`Guarded`): the hazard, where, and the
@@ -99,6 +130,7 @@ from typing import Any, Literal
 
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 
 from aliasing import AliasAnalysis, analyze
 from aliasing.effects import SINGLE
@@ -113,6 +145,7 @@ from rewrite.lowering.builder import (
     replay,
     static_int,
     storage_key,
+    undo,
     view_chain,
 )
 
@@ -120,18 +153,25 @@ __all__ = [
     "ALL_HAZARDS",
     "KNOWN_RELEASES",
     "STOCK_MISCOMPILES",
+    "CollapsedOutput",
     "GuardReport",
     "Guarded",
     "Hazard",
     "InductorModel",
+    "OutputRoles",
     "Reinplacing",
+    "StorageView",
+    "guard_collapsed_outputs",
     "guard_inductor_hazards",
     "guard_joint_graph",
     "guard_stale_reads",
+    "guard_storage_views",
     "hazards_on",
+    "plan_collapsed_outputs",
     "plan_inductor_hazards",
     "plan_offset_clones",
     "plan_stale_reads",
+    "plan_storage_views",
     "predict_reinplacing",
     "protected_nodes",
 ]
@@ -142,7 +182,7 @@ aten = torch.ops.aten
 
 
 class Hazard(str, enum.Enum):
-    """A way Inductor's later passes would break eager semantics (the module docstring's H1-H7)."""
+    """A way Inductor's later passes would break eager semantics (the module docstring's H1-H9)."""
 
     STALE_INPUT_READ = "stale-input-read"
     OVERWRITTEN_RESULT = "in-placed-result-overwritten"
@@ -151,13 +191,15 @@ class Hazard(str, enum.Enum):
     OVERLAPPING_SOURCE = "scatter-source-overlaps-destination"
     DTYPE_VIEW_READ_LATE = "dtype-view-read-before-base-write"
     OFFSET_CLONE_DROPPED = "offset-changing-clone-dropped"
+    OUTPUTS_COLLAPSED = "distinct-outputs-returned-as-one-object"
+    STORAGE_VIEW_OF_COPY = "as-strided-over-a-materialised-view"
 
     def __str__(self) -> str:
         return self.value
 
     @property
     def code(self) -> str:
-        """``H1``..``H7``."""
+        """``H1``..``H9``."""
         return _CODE[self]
 
     @property
@@ -179,6 +221,10 @@ _DESCRIPTION = {
     Hazard.OVERLAPPING_SOURCE: "the in-placed scatter copies a source that overlaps the region it writes",
     Hazard.DTYPE_VIEW_READ_LATE: "readers of an aliasing dtype view are not ordered before a later write of its base",
     Hazard.OFFSET_CLONE_DROPPED: "remove_noop_ops drops a clone that changes the storage offset an opaque op may observe",
+    Hazard.OUTPUTS_COLLAPSED: "Inductor returns one tensor object for outputs eager returns as distinct views "
+    "of one storage (a later resize_ or other metadata change of one changes the other)",
+    Hazard.STORAGE_VIEW_OF_COPY: "Inductor materialises the view an as_strided is taken of into a buffer of its own "
+    "and applies the storage-relative as_strided to that buffer (reads past its end)",
 }
 
 #: The torch releases (``major.minor``) whose stock Inductor miscompiles programs of each hazard
@@ -194,6 +240,8 @@ STOCK_MISCOMPILES: Mapping[str, frozenset[str]] = MappingProxyType(
         "H5": frozenset({"2.13", "2.14"}),
         "H6": frozenset({"2.13", "2.14", "2.15"}),
         "H7": frozenset({"2.13", "2.14", "2.15"}),
+        "H8": frozenset({"2.13", "2.14", "2.15"}),
+        "H9": frozenset({"2.13", "2.14", "2.15"}),
     }
 )
 
@@ -209,7 +257,7 @@ def hazards_on(release: str) -> frozenset[str]:
     Examples
     --------
     >>> sorted(hazards_on("2.15"))
-    ['H2', 'H3', 'H6', 'H7']
+    ['H2', 'H3', 'H6', 'H7', 'H8', 'H9']
     >>> hazards_on("9.99") == ALL_HAZARDS
     True
     """
@@ -218,7 +266,7 @@ def hazards_on(release: str) -> frozenset[str]:
     return frozenset(code for code, releases in STOCK_MISCOMPILES.items() if release in releases)
 
 
-Action = Literal["reorder", "clone"]
+Action = Literal["reorder", "clone", "view", "rebase"]
 
 
 @dataclass(frozen=True)
@@ -226,10 +274,13 @@ class Guarded:
     """One hazard the guard removed.
 
     ``node`` is where: the node whose inputs were protected (the reader, the
-    scatter, the write-back). ``action`` is ``"reorder"`` (``created`` names
-    the nodes moved, no copy) or ``"clone"`` (``created`` names the copies).
-    ``nbytes`` is what the copies allocate (0 for a reorder, None when the
-    size is symbolic). ``evidence`` names the nodes that make the hazard.
+    scatter, the write-back, the output). ``action`` is ``"reorder"``
+    (``created`` names the nodes moved, no copy), ``"clone"`` (``created``
+    names the copies), ``"view"`` (H8: ``created`` names the distinct view
+    returned instead) or ``"rebase"`` (H9: the op now views the storage
+    root; ``created`` names any helper views). ``nbytes`` is what the copies
+    allocate (0 without a copy, None when the size is symbolic).
+    ``evidence`` names the nodes that make the hazard.
     """
 
     hazard: Hazard
@@ -242,7 +293,7 @@ class Guarded:
     def describe(self) -> str:
         """One line for logs and reports."""
         cost = "symbolic size" if self.nbytes is None else f"{self.nbytes} B"
-        what = "moved" if self.action == "reorder" else "cloned"
+        what = {"reorder": "moved", "clone": "cloned", "view": "returned", "rebase": "rebased onto"}[self.action]
         ev = f" (evidence: {', '.join(self.evidence)})" if self.evidence else ""
         return f"{self.hazard.code} {self.hazard}: {self.action} at {self.node}, {what} {', '.join(self.created)}; {cost}{ev}"
 
@@ -326,6 +377,37 @@ class InductorModel:
     def is_separate_kernel(self, target: Any) -> bool:
         """True when ``target`` reads its inputs in a kernel of its own (extern, template or realizing)."""
         return self.is_fallback(target) or self.realizes_inputs(target) or target in self.kernel_targets
+
+
+@dataclass(frozen=True)
+class OutputRoles:
+    """What the caller receives for each output of the graph (positions in the output node's flat list).
+
+    ``returned``: user outputs the caller receives as they are (the same
+    tensor object). ``regenerated``: user outputs the runtime replaces by a
+    view it regenerates from an input or from another output (AOTAutograd's
+    aliased outputs: a view of an input in eager is one in the compiled
+    program too, whatever the graph returns there). Positions in neither (an
+    input mutation's new value, an intermediate base, what the backward
+    saves) are internal. :mod:`rewrite.inductor` reads them from
+    AOTAutograd's metadata; every guard takes None, the default, as "every
+    output is returned as it is".
+    """
+
+    returned: frozenset[int]
+    regenerated: frozenset[int]
+
+
+def _output_of(graph: torch.fx.Graph) -> torch.fx.Node | None:
+    return next(iter(graph.find_nodes(op="output")), None)
+
+
+def _flat_args(out: torch.fx.Node | None) -> list[Any]:
+    """The output node's flat list of returned values (nodes or constants)."""
+    if out is None or not out.args:
+        return []
+    flat, _ = pytree.tree_flatten(out.args[0])
+    return flat
 
 
 # ---------------------------------------------------------------------------
@@ -912,6 +994,13 @@ def _output_aliases(a: AliasAnalysis, value: torch.fx.Node) -> list[torch.fx.Nod
     return [x for x in out.all_input_nodes if x in views]
 
 
+def _returned_as_is(out: torch.fx.Node | None, outputs: OutputRoles | None) -> set[torch.fx.Node]:
+    """The output values some position of which the runtime does not regenerate (all of them without ``outputs``)."""
+    flat = _flat_args(out)
+    regenerated = outputs.regenerated if outputs is not None else frozenset()
+    return {x for i, x in enumerate(flat) if isinstance(x, torch.fx.Node) and i not in regenerated}
+
+
 def _dtype_view_hazards(a: AliasAnalysis) -> list[_Fix]:
     """H6: element-size-changing (or complex) dtype views of contiguous memory read before a later write."""
     fixes: list[_Fix] = []
@@ -939,14 +1028,20 @@ def _dtype_view_hazards(a: AliasAnalysis) -> list[_Fix]:
     return fixes
 
 
-def plan_inductor_hazards(a: AliasAnalysis, model: InductorModel | None = None) -> list[_Fix]:
+def plan_inductor_hazards(
+    a: AliasAnalysis, model: InductorModel | None = None, outputs: OutputRoles | None = None
+) -> list[_Fix]:
     """H2-H6 on the final post-grad graph: the protective clones Inductor's later passes need.
 
     Only the classes in ``model.hazards`` are looked for; a fix of one class
     that would also have covered another (H2's clone covers H4 and H5) counts
-    only where its own class is looked for.
+    only where its own class is looked for. H3 looks only at the outputs the
+    caller receives as they are (``outputs``; all of them by default): one
+    the runtime regenerates as a view of its input aliases that input in
+    eager too.
     """
     m = model or InductorModel()
+    escaping = _returned_as_is(a.output_node, outputs)
     fixes: list[_Fix] = []
 
     def add(fix: _Fix) -> bool:
@@ -971,7 +1066,7 @@ def plan_inductor_hazards(a: AliasAnalysis, model: InductorModel | None = None) 
             if wb is not None and r.drops_write_back:
                 out = a.output_node
                 for v in _output_aliases(a, r.node):
-                    if out is not None:
+                    if out is not None and v in escaping:
                         add(_CloneInput(Hazard.ESCAPING_RESULT, out, v, out, (r.into.name, wb.name), exact_layout=True))
             if r.source is not None and r.region is not None and _overlaps_destination(a, r):
                 user = r.start
@@ -998,9 +1093,16 @@ def _overlaps_destination(a: AliasAnalysis, r: Reinplacing) -> bool:
 
 
 def guard_inductor_hazards(
-    graph: torch.fx.Graph, model: InductorModel | None = None, *, donated_inputs: Iterable[int] = ()
+    graph: torch.fx.Graph,
+    model: InductorModel | None = None,
+    *,
+    donated_inputs: Iterable[int] = (),
+    outputs: OutputRoles | None = None,
 ) -> GuardReport:
-    """H2-H6 on the post-grad graph as Inductor will receive it; mutates ``graph``. Never raises.
+    """H2-H6 and H9 on the post-grad graph as Inductor will receive it; mutates ``graph``. Never raises.
+
+    ``outputs`` says which outputs the caller receives as they are (H3; every
+    output by default).
 
     Examples
     --------
@@ -1014,12 +1116,16 @@ def guard_inductor_hazards(
     >>> [(g.hazard.code, g.action, g.nbytes) for g in guard_inductor_hazards(gm.graph).guarded]
     [('H2', 'clone', 32)]
     """
-    return _guarded_rounds(
-        graph,
-        lambda a: plan_inductor_hazards(a, model),
-        relevant=_has_inductor_hazard_nodes,
-        donated_inputs=donated_inputs,
-        max_rounds=4,
+    m = model or InductorModel()
+    rebased = guard_storage_views(graph, m) if "H9" in m.hazards else GuardReport()
+    return rebased.merged(
+        _guarded_rounds(
+            graph,
+            lambda a: plan_inductor_hazards(a, m, outputs),
+            relevant=_has_inductor_hazard_nodes,
+            donated_inputs=donated_inputs,
+            max_rounds=4,
+        )
     )
 
 
@@ -1027,6 +1133,181 @@ def _has_inductor_hazard_nodes(graph: torch.fx.Graph) -> bool:
     """Scatters and index_puts (H2-H5) or dtype views (H6)."""
     return any(
         graph.find_nodes(op="call_function", target=t) for t in (*_SCATTER_VIEWS, *_INDEX_PUTS, aten.view.dtype)
+    )
+
+
+# ---------------------------------------------------------------------------
+# H9: storage-relative views taken of a view of an intermediate
+
+
+@dataclass(frozen=True)
+class StorageView:
+    """An ``as_strided`` (``node``) of a view of an intermediate: ``root`` owns the storage, ``views`` lead to the operand."""
+
+    node: torch.fx.Node
+    root: torch.fx.Node
+    views: tuple[torch.fx.Node, ...]
+
+
+def plan_storage_views(graph: torch.fx.Graph, model: InductorModel | None = None) -> list[StorageView]:
+    """H9: the ``as_strided`` ops whose operand is a view of an intermediate Inductor may not have realized.
+
+    ``as_strided`` is relative to its operand's storage, and Inductor keeps a
+    view as a view of that storage only over a realized buffer: Inductor
+    realizes an ``as_strided`` operand with the operand's strides, and a view
+    of an unrealized intermediate (a pointwise ``repeat``, ``x + 1``) then
+    becomes a buffer of its own, holding only the view's elements
+    (``torch._inductor.graph.GraphLowering.run_node``, "as_strided ops").
+    Views of graph inputs, constants and buffers Inductor has before it
+    lowers the views (:func:`_buffer_before_views`), and views after an
+    element-size-changing dtype view (an extern kernel over the realized
+    buffer), stay views.
+    """
+    m = model or InductorModel()
+    found: list[StorageView] = []
+    for n in graph.find_nodes(op="call_function", target=aten.as_strided.default):
+        v = n.args[0] if n.args else None
+        if not isinstance(v, torch.fx.Node):
+            continue
+        chain = view_chain(v)
+        if chain is None:
+            continue  # the operand owns its storage: Inductor realizes all of it
+        root, views = chain
+        rt, vt = _tensor(root), _tensor(v)
+        if rt is None or vt is None or storage_key(rt) is None or storage_key(rt) != storage_key(vt):
+            continue
+        if _buffer_before_views(root, m) or any(_realizing_view(x, m) for x in views):
+            continue
+        found.append(StorageView(n, root, tuple(views)))
+    return found
+
+
+def _buffer_before_views(root: torch.fx.Node, model: InductorModel) -> bool:
+    """Inductor has ``root`` in a buffer of its own before it lowers the views of it.
+
+    A graph input or constant; a returned value (realized as soon as it is
+    lowered); a kernel template's result. Not a realizing user's input (it is
+    realized only when that user is lowered, perhaps after the views) nor a
+    fallback's result (``lowering.fallbacks`` grows as Inductor lowers ops
+    that fall back only for some arguments).
+    """
+    return _is_pre_existing(root) or any(u.op == "output" for u in root.users) or root.target in model.kernel_targets
+
+
+def _realizing_view(x: torch.fx.Node, model: InductorModel) -> bool:
+    """A view Inductor lowers as an (aliasing) extern kernel over its realized input: the views after it stay views."""
+    if x.target is operator.getitem:
+        return False
+    if x.target is not aten.view.dtype:
+        return model.is_fallback(x.target)
+    # Inductor adds view.dtype to its fallbacks the first time an element size changes; a bitcast stays a view
+    if not isinstance(x.args[0], torch.fx.Node):
+        return False
+    bt, out = _tensor(x.args[0]), _tensor(x)
+    if bt is None or out is None:
+        return False
+    return bt.element_size() != out.element_size() or bt.is_complex() or out.is_complex()
+
+
+def _storage_base(b: Builder, root: torch.fx.Node, dtype: torch.dtype) -> torch.fx.Node:
+    """``root``, or (for a view of another dtype) its storage as one flat ``dtype`` view: what as_strided's units are."""
+    rt = _tensor(root)
+    if rt is None:
+        raise LoweringSkip(f"{root.name} has no tensor metadata")
+    if rt.dtype == dtype:
+        return root
+    from torch._prims_common import compute_required_storage_length
+
+    sizes = [static_int(x) for x in rt.shape]
+    strides = [static_int(x) for x in rt.stride()]
+    offset = static_int(rt.storage_offset())
+    if any(x is None for x in (*sizes, *strides)) or offset is None:
+        raise LoweringSkip(f"{root.name}: a symbolic layout under a dtype view")
+    needed = int(compute_required_storage_length(sizes, strides, offset))  # type: ignore[arg-type]
+    flat = b.call(aten.as_strided.default, (root, [needed], [1], 0))
+    return b.call(aten.view.dtype, (flat, dtype))
+
+
+def guard_storage_views(graph: torch.fx.Graph, model: InductorModel | None = None) -> GuardReport:
+    """H9 on the post-grad graph: rebase each :func:`plan_storage_views` ``as_strided`` onto its storage root.
+
+    ``as_strided(view, size, stride, offset)`` views the storage the view
+    shares with its root, so ``as_strided(root, size, stride, offset)`` (the
+    view's own offset when none is given; over the root's storage in the
+    view's dtype when the views change it) is the same view, without a copy;
+    Inductor realizes the whole root, exactly as laid out. An op the rebase
+    cannot reproduce exactly (a symbolic layout under a dtype view) is left
+    as it is and logged. Mutates ``graph``; never raises.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> def f(x):  # pytorch/pytorch#197431
+    ...     full = x.repeat(3, 2)
+    ...     return torch.as_strided(full[:, ::2], (3, 2), full.stride())
+    >>> gm = make_fx(f, tracing_mode="fake")(torch.randn(1, 1))
+    >>> print(guard_storage_views(gm.graph))
+    fx-aliasing guard: 1 hazard(s) guarded (H9 rebase at as_strided); 0 copy(ies), 0 B
+      H9 as-strided-over-a-materialised-view: rebase at as_strided, rebased onto repeat; 0 B (evidence: slice_1)
+    """
+    done: list[Guarded] = []
+    try:
+        plans = plan_storage_views(graph, model)
+        if not plans:
+            return GuardReport()
+        b = _builder(graph)
+        for sv in plans:
+            n, v = sv.node, sv.node.args[0]
+            assert isinstance(v, torch.fx.Node)  # checked by plan_storage_views
+            vt, nt = _tensor(v), _tensor(n)
+            if vt is None or nt is None:
+                continue
+            start = len(b.created)
+            kwargs = dict(n.kwargs)
+            offset = n.args[3] if len(n.args) > 3 else kwargs.pop("storage_offset", None)
+            try:
+                with graph.inserting_before(n):
+                    if offset is None:  # as_strided keeps the operand's own offset
+                        off = vt.storage_offset()
+                        offset = off if static_int(off) is not None else b.call(aten.sym_storage_offset.default, (v,))
+                    base = _storage_base(b, sv.root, vt.dtype)
+                    args = (base, n.args[1], n.args[2], offset)
+                    fargs, fkwargs = b.fake((args, kwargs))
+                    with b.mode:
+                        got = aten.as_strided.default(*fargs, **fkwargs)
+            except Exception as e:  # the fake op raised, or a skip above
+                undo(graph, b, start)
+                log.debug("as_strided %s not rebased onto %s: %s", n.name, sv.root.name, e)
+                continue
+            if not _same_layout(got, nt):
+                undo(graph, b, start)
+                log.debug("as_strided %s not rebased onto %s: the layout would change", n.name, sv.root.name)
+                continue
+            n.args, n.kwargs = args, kwargs
+            for x in dict.fromkeys((v, *sv.views)):  # the operand, then each view's parent: drop the dead ones
+                if not x.users:
+                    graph.erase_node(x)
+            helpers = tuple(x.name for x in b.created[start:] if x is not base)
+            evidence = tuple(x.name for x in sv.views)
+            done.append(Guarded(Hazard.STORAGE_VIEW_OF_COPY, n.name, "rebase", (base.name, *helpers), 0, evidence))
+        if done:
+            graph.lint()
+            recompile(graph)
+    except Exception as e:
+        log.warning("fx-aliasing storage-view guard stopped: %s: %s", type(e).__name__, e)
+        return GuardReport(tuple(done), f"{type(e).__name__}: {e}")
+    return GuardReport(tuple(done))
+
+
+def _same_layout(t: torch.Tensor, u: torch.Tensor) -> bool:
+    """Equal dtype, sizes, strides and storage offset (symbolic ones only where known equal)."""
+    return (
+        t.dtype == u.dtype
+        and t.dim() == u.dim()
+        and all(known_equal(p, q) for p, q in zip(t.shape, u.shape))
+        and all(known_equal(p, q) for p, q in zip(t.stride(), u.stride()))
+        and known_equal(t.storage_offset(), u.storage_offset())
     )
 
 
@@ -1103,14 +1384,18 @@ def _reaches_observer(c: torch.fx.Node) -> bool:
     return False
 
 
-def guard_joint_graph(graph: torch.fx.Graph, *, hazards: Collection[str] = ALL_HAZARDS) -> GuardReport:
-    """H7 on the joint graph (``joint_custom_pre_pass``, before ``remove_noop_ops``); mutates ``graph``.
+def guard_joint_graph(
+    graph: torch.fx.Graph, *, hazards: Collection[str] = ALL_HAZARDS, outputs: OutputRoles | None = None
+) -> GuardReport:
+    """H7 and H8 on the joint graph (``joint_custom_pre_pass``, before ``remove_noop_ops``); mutates ``graph``.
 
-    Does nothing unless ``"H7"`` is in ``hazards``.
-
-    Each protected clone becomes ``aten.as_strided_copy`` of its source with
-    the source's own sizes, strides and offset: the same copy, with the same
-    layout, under a name the no-op removal does not drop. Never raises.
+    Only the classes in ``hazards`` are looked for. H7: each protected clone
+    becomes ``aten.as_strided_copy`` of its source with the source's own
+    sizes, strides and offset: the same copy, with the same layout, under a
+    name the no-op removal does not drop. H8 (:func:`guard_collapsed_outputs`):
+    each returned value Inductor would return as the same object as another
+    becomes a distinct view of it; ``outputs`` says which outputs the caller
+    receives as they are (all of them by default). Never raises.
 
     Examples
     --------
@@ -1127,9 +1412,14 @@ def guard_joint_graph(graph: torch.fx.Graph, *, hazards: Collection[str] = ALL_H
     fx-aliasing guard: 1 hazard(s) guarded (H7 clone at clone); 1 copy(ies), 28 B
       H7 offset-changing-clone-dropped: clone at clone, cloned as_strided_copy_default; 28 B (evidence: offset)
     """
+    report = _guard_offset_clones(graph) if "H7" in hazards else GuardReport()
+    if "H8" in hazards:
+        report = report.merged(guard_collapsed_outputs(graph, outputs))
+    return report
+
+
+def _guard_offset_clones(graph: torch.fx.Graph) -> GuardReport:
     done: list[Guarded] = []
-    if "H7" not in hazards:
-        return GuardReport()
     try:
         clones = plan_offset_clones(graph)
         if not clones:
@@ -1162,6 +1452,119 @@ def guard_joint_graph(graph: torch.fx.Graph, *, hazards: Collection[str] = ALL_H
         recompile(graph)
     except Exception as e:
         log.warning("fx-aliasing joint-graph guard stopped: %s: %s", type(e).__name__, e)
+        return GuardReport(tuple(done), f"{type(e).__name__}: {e}")
+    return GuardReport(tuple(done))
+
+
+# ---------------------------------------------------------------------------
+# H8: the joint graph's returned values, before remove_noop_ops and pointless_view
+
+
+#: Returned instead of a collapsing output: a view op with no Inductor lowering or decomposition, so
+#: Inductor calls it (an implicit fallback kernel) and the caller gets a tensor object of its own.
+_DISTINCT_VIEW = aten.view_as.default
+
+
+@dataclass(frozen=True)
+class CollapsedOutput:
+    """A returned ``value`` Inductor would return as the very object it returns for ``kept``, at ``positions``."""
+
+    value: torch.fx.Node
+    kept: torch.fx.Node
+    positions: tuple[int, ...]
+
+
+def plan_collapsed_outputs(graph: torch.fx.Graph, outputs: OutputRoles | None = None) -> list[CollapsedOutput]:
+    """H8: distinct returned values Inductor returns as one tensor object.
+
+    Inductor returns a value whose layout (dtype, sizes, strides, offset) is
+    its storage root's as the root's buffer itself: its joint-graph passes
+    drop no-op views (``remove_noop_ops``: ``alias`` (a ``detach``), full
+    slices; ``pointless_view``: a ``view`` to the same sizes), and its
+    wrapper code returns any view of a buffer with the buffer's layout as the
+    buffer (``PythonWrapperCodegen.codegen_reinterpret_view``). Two such
+    returned values of one storage become one object, where eager returns two
+    that share the storage: a later ``resize_`` (or any metadata change) of
+    one changes the other. Only the outputs the caller receives as they are
+    count (``outputs``; every one by default); values of an input's storage
+    are the runtime's (it regenerates every output that aliases an input).
+    The first such value of a storage keeps its place (its root, if it is
+    returned).
+    """
+    out = _output_of(graph)
+    flat = _flat_args(out)
+    returned = range(len(flat)) if outputs is None else sorted(i for i in outputs.returned if i < len(flat))
+    inputs = {storage_key(meta_value(n)) for n in graph.nodes if _is_pre_existing(n)}
+    groups: dict[int, list[torch.fx.Node]] = {}
+    roots: dict[int, torch.fx.Node] = {}
+    for i in returned:
+        x = flat[i]
+        if not isinstance(x, torch.fx.Node):
+            continue
+        t = _tensor(x)
+        key = storage_key(t)
+        if t is None or key is None or key in inputs:
+            continue
+        found = view_chain(x)
+        root = found[0] if found is not None else x
+        rt = _tensor(root)
+        if rt is None or storage_key(rt) != key or not _same_layout(t, rt):
+            continue  # returned as a reinterpret_tensor of the root's buffer: an object of its own
+        members = groups.setdefault(key, [])
+        roots[key] = root
+        if x not in members:
+            members.append(x)
+    found_: list[CollapsedOutput] = []
+    for key, members in groups.items():
+        if len(members) < 2:
+            continue
+        kept = roots[key] if roots[key] in members else members[0]
+        for x in members:
+            if x is not kept:
+                found_.append(CollapsedOutput(x, kept, tuple(i for i in returned if flat[i] is x)))
+    return found_
+
+
+def guard_collapsed_outputs(graph: torch.fx.Graph, outputs: OutputRoles | None = None) -> GuardReport:
+    """H8 on the joint graph: return a distinct view (``aten.view_as(v, v)``) for each :func:`plan_collapsed_outputs` value.
+
+    The view shares the storage and has the value's layout, so the caller
+    gets what eager gives it: distinct tensor objects over one storage, at no
+    copy. Inductor has no lowering for ``view_as`` and calls it as an
+    (implicit) fallback kernel, which returns an object of its own. Mutates
+    ``graph``; never raises.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> def f(x):  # pytorch/pytorch#191449: ``alias.resize_(12)`` follows, after a graph break
+    ...     base = x + 1
+    ...     return base, base.view(-1)
+    >>> gm = make_fx(f, tracing_mode="fake")(torch.zeros(1))
+    >>> print(guard_collapsed_outputs(gm.graph))
+    fx-aliasing guard: 1 hazard(s) guarded (H8 view at view); 0 copy(ies), 0 B
+      H8 distinct-outputs-returned-as-one-object: view at view, returned view_as_default; 0 B (evidence: add)
+    """
+    done: list[Guarded] = []
+    try:
+        plans = plan_collapsed_outputs(graph, outputs)
+        out = _output_of(graph)
+        if not plans or out is None:
+            return GuardReport()
+        b = _builder(graph)
+        flat, spec = pytree.tree_flatten(out.args[0])
+        for c in plans:
+            with graph.inserting_before(out):
+                distinct = b.call(_DISTINCT_VIEW, (c.value, c.value))
+            for i in c.positions:
+                flat[i] = distinct
+            done.append(Guarded(Hazard.OUTPUTS_COLLAPSED, c.value.name, "view", (distinct.name,), 0, (c.kept.name,)))
+        out.args = (pytree.tree_unflatten(flat, spec), *out.args[1:])
+        graph.lint()
+        recompile(graph)
+    except Exception as e:
+        log.warning("fx-aliasing output-identity guard stopped: %s: %s", type(e).__name__, e)
         return GuardReport(tuple(done), f"{type(e).__name__}: {e}")
     return GuardReport(tuple(done))
 

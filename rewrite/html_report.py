@@ -252,9 +252,11 @@ def render_html(explanation: Explanation, *, title: str | None = None) -> str:
         parts.append("<p>The program has no clone.</p>")
     parts += [
         '<h2 id="timeline">Storage timeline</h2>',
-        "<p>One lane per storage: program order across, byte offset up. Each value is drawn over the bytes it "
-        "can touch, from its definition to its last use; reads are blue dots, writes red triangles; removed clones "
-        "are green, kept clones orange with their reason, stars mark the evidence of a keep.</p>",
+        "<p>One lane per storage: program order across (<code>#position node</code>), byte offset up. Each value "
+        "is drawn over the bytes it can touch, from its definition to its last use; reads (blue dots) and writes "
+        "(red triangles) mark the bytes they touch; parameters and buffers the program never writes share one "
+        "band; removed clones are green, kept clones orange with their reason, stars mark the evidence of a "
+        "keep.</p>",
         _timeline(explanation, "storage timeline"),
         '<h2 id="graph">Storage graph</h2>',
         "<p>One box per node (#position in program order), values framed by storage, reads grey, writes red, "

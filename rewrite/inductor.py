@@ -21,10 +21,13 @@ With ``guard=True`` (the default) the pass also runs the hazard guard
 aliasing bugs: before the lowering it restores the reads that the joint
 graph's ``remove_noop_ops`` made stale (H1: a reordered write-back, or a
 clone); after the clone elimination it adds the protective clones that
-Inductor's reinplacing, lowering and scheduling need (H2-H6). Its clones are
-kept by the clone elimination. :class:`JointGraphGuard` is the part only a
-``joint_custom_pre_pass`` can do (H7: offset-changing clones the no-op
-removal would drop). :func:`compile_options` installs both in one line:
+Inductor's reinplacing, lowering and scheduling need (H2-H6) and rebases
+``as_strided`` views of views of intermediates onto their storage (H9). Its
+clones are kept by the clone elimination. :class:`JointGraphGuard` is the part
+only a ``joint_custom_pre_pass`` can do (H7: offset-changing clones the no-op
+removal would drop; H8: returned values the no-op removal would make one
+object). Both read from AOTAutograd which outputs reach the caller as they are
+(:func:`output_roles`). :func:`compile_options` installs both in one line:
 
 >>> import torch
 >>> from rewrite.inductor import compile_options
@@ -51,9 +54,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.fx
@@ -63,6 +67,7 @@ from aliasing.registry import torch_release
 from rewrite.guard import (
     GuardReport,
     InductorModel,
+    OutputRoles,
     guard_inductor_hazards,
     guard_joint_graph,
     guard_stale_reads,
@@ -71,7 +76,14 @@ from rewrite.guard import (
 )
 from rewrite.lowering import PipelineReport, lower_and_eliminate
 
-__all__ = ["CloneEliminationPass", "JointGraphGuard", "compile_options", "inductor_model", "library_source_hash"]
+__all__ = [
+    "CloneEliminationPass",
+    "JointGraphGuard",
+    "compile_options",
+    "inductor_model",
+    "library_source_hash",
+    "output_roles",
+]
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +129,68 @@ def inductor_model() -> InductorModel:
     )
 
 
+def _aot_output_types() -> tuple[int, tuple[tuple[str, bool], ...]] | None:
+    """AOTAutograd's view of the graph being compiled: (input-mutation outputs, (type, is a tensor) per user output).
+
+    Read from the compile's ``TracingContext`` (``fw_metadata``); None outside
+    a compile, or where some output is a tensor subclass (the graph returns
+    its flattened parts).
+    """
+    try:
+        from torch._guards import TracingContext
+
+        ctx = TracingContext.try_get()
+        meta = getattr(ctx, "fw_metadata", None) if ctx is not None else None
+        if meta is None:
+            return None
+        if any(type(m).__name__ != "PlainTensorMeta" for m in getattr(meta, "subclass_fw_graph_out_meta", None) or ()):
+            return None
+        types = tuple(
+            (str(o.output_type.name), isinstance(o.raw_type, type) and issubclass(o.raw_type, torch.Tensor))
+            for o in meta.output_info
+        )
+        return int(meta.num_mutated_inp_runtime_indices), types
+    except Exception as e:  # metadata of another shape: the guard then treats every output as returned
+        log.debug("AOTAutograd's output metadata is not readable: %s", e)
+        return None
+
+
+def output_roles(graph: torch.fx.Graph, *, joint: bool = False) -> OutputRoles | None:
+    """How the caller receives each output of ``graph`` (:class:`rewrite.guard.OutputRoles`), from AOTAutograd.
+
+    AOTAutograd puts the new values of mutated inputs first, then the user
+    outputs (``fw_metadata.output_info``), then what only it uses. A user
+    output of type ``non_alias`` is returned as the graph returns it; every
+    other one is regenerated at run time (a view of an input, or of another
+    output). None when that cannot be read or does not fit ``graph``: a
+    backward graph (its inputs include tangents and it returns gradients;
+    ``joint`` says the graph is the joint graph, whose outputs start as the
+    forward's), or outputs whose kinds do not match the metadata.
+    """
+    found = _aot_output_types()
+    if found is None:
+        return None
+    mutated, types = found
+    if not joint and any(n.name.startswith("tangents") for n in graph.find_nodes(op="placeholder")):
+        return None
+    out = next(iter(graph.find_nodes(op="output")), None)
+    if out is None or not out.args:
+        return None
+    flat = torch.utils._pytree.tree_leaves(out.args[0])
+    if len(flat) < mutated + len(types):
+        return None
+    returned: set[int] = set()
+    regenerated: set[int] = set()
+    for i, (kind, is_tensor) in enumerate(types):
+        pos = mutated + i
+        x = flat[pos]
+        value = x.meta.get("val") if isinstance(x, torch.fx.Node) else x
+        if is_tensor != isinstance(value, torch.Tensor):
+            return None  # the positions do not line up
+        (returned if kind == "non_alias" else regenerated).add(pos)
+    return OutputRoles(frozenset(returned), frozenset(regenerated))
+
+
 class CloneEliminationPass(CustomGraphPass):
     """Lower functional custom ops, keep only the copies the program needs, and guard Inductor's hazards.
 
@@ -130,8 +204,8 @@ class CloneEliminationPass(CustomGraphPass):
         Lower ``auto_functionalized``/``auto_functionalized_v2``/
         ``triton_kernel_wrapper_functional`` before eliminating clones.
     guard : bool
-        Run the hazard guard (:mod:`rewrite.guard`, H1-H6) around the clone
-        elimination.
+        Run the hazard guard (:mod:`rewrite.guard`, H1-H6 and H9) around the
+        clone elimination.
 
     Notes
     -----
@@ -161,18 +235,79 @@ class CloneEliminationPass(CustomGraphPass):
         self.guard = bool(guard)
         self.last_report: PipelineReport | None = None
         self.last_guard_report: GuardReport | None = None
+        self._keyed = False  # Inductor asked for uuid() (a compile started) and the pass has not run since
+        self._ran = False
+        self._counts_at_key: dict[str, int] | None = None
+
+    @property
+    def last_report_source(self) -> Literal["pass", "cache"] | None:
+        """Where the last compile's result came from: ``"pass"`` (the pass ran; :attr:`last_report`
+        is its report), ``"cache"`` (Inductor keyed its cache with :meth:`uuid` and replayed a cached
+        compile: the pass did not run and :attr:`last_report` is None), or None before any compile.
+
+        Inductor calls :meth:`uuid` to key its cache at the start of every compile that uses the
+        pass; that call, inside a Dynamo compile, is what this follows."""
+        if self._keyed:
+            return "cache"
+        return "pass" if self._ran else None
+
+    @property
+    def cache_hit(self) -> bool:
+        """True when the last compile came from Inductor's cache (``last_report_source == "cache"``)."""
+        return self._keyed
+
+    def _note_keyed(self) -> None:
+        if _compile_id() is not None:  # Inductor keying its cache inside a Dynamo compile, not a direct call
+            self._keyed = True
+            _watch_compile(self)
+
+    def _note_ran(self) -> None:
+        self._keyed = False
+        self._ran = True
+
+    def _compile_ended(self) -> None:
+        """At the end of a Dynamo compile that keyed the pass: if it did not run, say so (at INFO)."""
+        before, self._counts_at_key = self._counts_at_key, None
+        if not self._keyed:
+            return
+        self.last_report = None
+        self.last_guard_report = None
+        replayed = ""
+        now = _cached_counts()
+        if before is not None and now is not None:
+            delta = {k: now[k] - before.get(k, 0) for k in now}
+            if any(delta.values()):
+                replayed = (
+                    f" (the cached compile removed {delta[_REMOVED]} clone(s), kept {delta[_KEPT]}, "
+                    f"guarded {delta[_GUARDED]} hazard(s))"
+                )
+        log.info(
+            "fx-aliasing: Inductor's cache replayed this compile, so %r did not run and its last_report "
+            "is None%s; to see the report, compile with Inductor's caches off: "
+            "TORCHINDUCTOR_FX_GRAPH_CACHE=0 (or torch._inductor.config.fx_graph_cache = False)",
+            self,
+            replayed,
+        )
 
     def config(self) -> dict[str, Any]:
         """The configuration that changes what the pass does (part of :meth:`uuid`)."""
         return {"donated_inputs": self.donated_inputs, "lower_functional": self.lower_functional, "guard": self.guard}
 
     def uuid(self) -> str:
-        """A hash of the library's source and of :meth:`config`."""
-        return _uuid(self.config())
+        """A hash of the library's source, of :meth:`config` and, during a compile, of how its outputs reach the caller.
+
+        The guard's decisions depend on that (:func:`output_roles`), which
+        Inductor's graph cache does not see in the graph it hashes.
+        """
+        self._note_keyed()
+        outputs = _aot_output_types() if self.guard else None
+        return _uuid({**self.config(), "outputs": outputs})
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         """Rewrite ``graph`` in place (see the module docstring)."""
+        self._note_ran()
         guard = GuardReport()
+        outputs = output_roles(graph) if self.guard else None
         if self.guard:
             guard = guard_stale_reads(graph, donated_inputs=self.donated_inputs, hazards=hazards_on(torch_release()))
         try:
@@ -191,7 +326,9 @@ class CloneEliminationPass(CustomGraphPass):
             except Exception as e:  # an Inductor without these tables: predict with the default model
                 log.debug("Inductor's op tables are not available (%s); using the default model", e)
                 model = InductorModel(hazards=hazards_on(torch_release()))
-            guard = guard.merged(guard_inductor_hazards(graph, model, donated_inputs=self.donated_inputs))
+            guard = guard.merged(
+                guard_inductor_hazards(graph, model, donated_inputs=self.donated_inputs, outputs=outputs)
+            )
             self.last_guard_report = guard
             _log_guard(guard)
         if report is not None:
@@ -206,12 +343,14 @@ class CloneEliminationPass(CustomGraphPass):
 
 
 class JointGraphGuard(CustomGraphPass):
-    """The hazard guard's ``joint_custom_pre_pass`` (H7 of :mod:`rewrite.guard`).
+    """The hazard guard's ``joint_custom_pre_pass`` (H7 and H8 of :mod:`rewrite.guard`).
 
     It runs on the joint graph before Inductor's ``remove_noop_ops`` and
     keeps the clones that change a storage offset an opaque op may observe
-    (pytorch/pytorch#197489); by the time a post-grad pass sees the graph
-    those clones are gone. Never raises; the last run's report is
+    (pytorch/pytorch#197489), and gives each returned value that the no-op
+    removal would make the same object as another a distinct view
+    (pytorch/pytorch#191449); by the time a post-grad pass sees the graph
+    those clones and views are gone. Never raises; the last run's report is
     :attr:`last_report`.
 
     Examples
@@ -230,7 +369,7 @@ class JointGraphGuard(CustomGraphPass):
     def __call__(self, graph: torch.fx.Graph | torch.fx.GraphModule) -> None:
         """Rewrite the joint graph in place."""
         g = graph.graph if isinstance(graph, torch.fx.GraphModule) else graph
-        report = guard_joint_graph(g, hazards=hazards_on(torch_release()))
+        report = guard_joint_graph(g, hazards=hazards_on(torch_release()), outputs=output_roles(g, joint=True))
         self.last_report = report
         _log_guard(report)
 
@@ -280,7 +419,68 @@ def _uuid(config: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
+_REMOVED, _KEPT, _GUARDED = "fx_aliasing_clones_removed", "fx_aliasing_clones_kept", "fx_aliasing_hazards_guarded"
+#: Passes keyed by the Dynamo compile now running (see :meth:`CloneEliminationPass._compile_ended`).
+_KEYED: weakref.WeakSet[CloneEliminationPass] = weakref.WeakSet()
+
+
+def _compile_id() -> object | None:
+    """The id of the Dynamo compile running now, or None."""
+    try:
+        from torch._guards import CompileContext
+
+        return CompileContext.current_compile_id()
+    except Exception:
+        return None
+
+
+def _cached_counts() -> dict[str, int] | None:
+    """The pass's counts in ``torch._dynamo.utils.counters["inductor"]``, which Inductor's cache stores
+    with each compiled graph and adds again when it replays one."""
+    try:
+        from torch._dynamo.utils import counters
+
+        return {k: int(counters["inductor"][k]) for k in (_REMOVED, _KEPT, _GUARDED)}
+    except Exception:
+        return None
+
+
+def _count(key: str, n: int) -> None:
+    if n:
+        try:
+            from torch._dynamo.utils import counters
+
+            counters["inductor"][key] += n
+        except Exception as e:  # counting is best effort
+            log.debug("counters not available: %s", e)
+
+
+def _watch_compile(p: CloneEliminationPass) -> None:
+    """Have Dynamo tell ``p`` when the compile that keyed it ends (its end callbacks also run on cache hits)."""
+    try:
+        from torch._dynamo.callback import callback_handler
+
+        if _on_compile_end not in callback_handler.end_callbacks:  # torch._dynamo.reset() clears them
+            callback_handler.register_end_callback(_on_compile_end)
+    except Exception as e:  # another Dynamo: no log line on cache hits, last_report_source still says it
+        log.debug("Dynamo's compile callbacks are not available: %s", e)
+        return
+    if p not in _KEYED:
+        p._counts_at_key = _cached_counts()
+        _KEYED.add(p)
+
+
+def _on_compile_end(args: object) -> None:
+    for p in list(_KEYED):
+        try:
+            p._compile_ended()
+        except Exception as e:  # a callback must never break the compile
+            log.debug("fx-aliasing compile-end callback failed: %s", e)
+    _KEYED.clear()
+
+
 def _log_guard(report: GuardReport) -> None:
+    _count(_GUARDED, len(report.guarded))
     if not report.guarded and not report.error:
         return
     if log.isEnabledFor(logging.DEBUG):
@@ -298,6 +498,8 @@ def _log_guard(report: GuardReport) -> None:
 
 
 def _log_report(report: PipelineReport) -> None:
+    _count(_REMOVED, len(report.removed))
+    _count(_KEPT, len(report.kept))
     if log.isEnabledFor(logging.DEBUG):
         for low in report.lowering.lowered:
             log.debug("lowered %s (%s) -> %s, clones %s", low.node, low.kind, low.call, ", ".join(low.clones))

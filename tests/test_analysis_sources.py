@@ -298,3 +298,141 @@ def test_loaded_exported_program_views_have_no_trusted_layout(tmp_path: Path) ->
     report = rewrite.eliminate_clones(loaded)
     assert report.kept == ("clone",)
     check_equivalent(original, loaded, [torch.randn(3, 12)])
+
+
+# ------------------------------------------------ view-or-copy ops (contiguous, reshape, to, ...)
+
+_VIEW_OR_COPY_OPS = {
+    "contiguous": lambda x: x.contiguous(),
+    "contiguous_channels_last": lambda x: x.unsqueeze(0).contiguous(memory_format=torch.channels_last),
+    "reshape": lambda x: x.reshape(-1),
+    "flatten": lambda x: x.flatten(),
+    "to_same_dtype": lambda x: x.to(torch.float32),
+    "to_other_dtype": lambda x: x.to(torch.float64),
+    "type_as_same": lambda x: x.type_as(x),
+}
+
+
+def _view_or_copy_program(op: Callable[[torch.Tensor], torch.Tensor]) -> Callable[..., Any]:
+    def program(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = op(x)
+        z = y.clone()  # removable exactly when y is a copy
+        z.add_(1)
+        return z, x.transpose(0, 1) * 2  # a view: the trace shows whether fake storages are kept
+
+    return program
+
+
+def _view_or_copy_input(layout: str) -> torch.Tensor:
+    x = torch.randn(4, 3, 5)
+    return x if layout == "contiguous" else x.transpose(0, 2)
+
+
+def _export(fn: Callable[..., Any], x: torch.Tensor) -> torch.export.ExportedProgram:
+    class M(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> Any:
+            return fn(x)
+
+    return torch.export.export(M(), (x,))
+
+
+def _the_op(graph: torch.fx.Graph) -> torch.fx.Node:
+    # The view-or-copy op: the input of the clone.
+    clone = next(n for n in graph.nodes if n.target is torch.ops.aten.clone.default)
+    arg = clone.args[0]
+    assert isinstance(arg, torch.fx.Node)
+    return arg
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+@pytest.mark.parametrize("name", sorted(_VIEW_OR_COPY_OPS))
+@pytest.mark.parametrize("source", ["make_fx-fake", "make_fx-symbolic", "export", "export-loaded", "make_fx-real"])
+def test_view_or_copy_ops_follow_the_fake_storages_where_trusted(source: str, name: str, layout: str, tmp_path: Path) -> None:
+    fn = _view_or_copy_program(_VIEW_OR_COPY_OPS[name])
+    x = _view_or_copy_input(layout)
+    if source.startswith("make_fx"):
+        # pre_dispatch keeps contiguous/reshape/to as ops (plain make_fx decomposes them)
+        target: Any = make_fx(fn, tracing_mode=source.split("-")[1], pre_dispatch=True)(x)
+        gm = target
+    else:
+        target = _export(fn, x)
+        if source == "export-loaded":
+            torch.export.save(target, tmp_path / "m.pt2")
+            target = torch.export.load(tmp_path / "m.pt2")
+        gm = target.graph_module
+    if _the_op(gm.graph).op == "placeholder":
+        pytest.skip("the tracer dropped the op (it returned its input)")
+    analysis = aliasing.analyze(target)
+    op, (placeholder,) = _the_op(gm.graph), gm.graph.find_nodes(op="placeholder")
+    real_x = torch.empty_strided(x.shape, x.stride()).copy_(x)
+    copies = _real_copy(_VIEW_OR_COPY_OPS[name], real_x)
+    exactness = check_analysis(analysis, gm, [real_x])  # never misses an alias, overlap or writer
+    trusted = source in ("make_fx-fake", "make_fx-symbolic", "export")
+    if copies and trusted:
+        assert not analysis.may_alias(op, placeholder), "a copy is fresh memory where the metadata is trustworthy"
+        assert aliasing.UNKNOWN_STORAGE not in analysis.storage_of(op) and analysis.region_of(op) is not None
+    else:
+        assert analysis.may_alias(op, placeholder)  # a real alias, or metadata that cannot tell
+    assert not (copies and trusted) or not any(placeholder.name in pair and op.name in pair for pair in exactness.false_alias)
+
+
+def _real_copy(op: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> bool:
+    return op(x).untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+@pytest.mark.parametrize("name", ["contiguous", "reshape", "to_same_dtype", "to_other_dtype"])
+def test_clone_of_a_fresh_copy_goes_in_export(name: str, layout: str) -> None:
+    fn = _view_or_copy_program(_VIEW_OR_COPY_OPS[name])
+    x = _view_or_copy_input(layout)
+    ep = _export(fn, x)
+    copies = _real_copy(_VIEW_OR_COPY_OPS[name], x.clone().as_strided(x.shape, x.stride()))
+    original = copy_program(ep)
+    report = rewrite.eliminate_clones(ep)
+    # A copy is the program's own memory: its clone goes. An alias of the caller's input stays
+    # (the clone is written).
+    assert report.removed == (("clone",) if copies else ())
+    check_equivalent(original, ep, [torch.empty_strided(x.shape, x.stride()).copy_(x)])
+    assert not rewrite.eliminate_clones(ep).removed
+
+
+def test_view_or_copy_decided_on_the_current_argument_after_a_rewrite() -> None:
+    # c = clone(o) is contiguous, so reshape(c) returned a view of c. Replace c by o by hand, as
+    # a rewrite does: the reshape node's metadata still names c's fake storage, not o's, which
+    # looks like a copy of o. Run again on o's fake tensor, the op returns a view of o: an alias.
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        o = x * 2
+        n = o.clone().reshape(-1)
+        n.add_(1)
+        return x.t().reshape(-1) + n
+
+    gm = make_fx(fn, tracing_mode="fake", pre_dispatch=True)(torch.randn(3, 3))
+    clone = by_target(gm.graph, torch.ops.aten.clone.default)
+    reshape = next(iter(clone.users))
+    assert reshape.target is torch.ops.aten.reshape.default
+    clone.replace_all_uses_with(clone.args[0])  # type: ignore[arg-type]
+    gm.graph.erase_node(clone)
+    gm.recompile()
+    analysis = aliasing.analyze(gm)
+    mul = by_target(gm.graph, torch.ops.aten.mul.Tensor)
+    assert analysis.may_alias(reshape, mul)
+    check_analysis(analysis, gm, [torch.randn(3, 3)])
+
+
+def test_view_or_copy_downstream_of_a_lying_fake_kernel_keeps_the_alias() -> None:
+    # roll keeps a channels-last input's layout on CPU but returns a contiguous fake tensor
+    # (aliasing.layout_divergences): contiguous(channels_last) copies the fake tensor and
+    # returns the real one itself.
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        y = x.roll(1, 0)
+        z = y.contiguous(memory_format=torch.channels_last)
+        z.add_(1)
+        return y * x.permute(0, 2, 3, 1).permute(0, 3, 1, 2)
+
+    x = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    gm = make_fx(fn, tracing_mode="fake", pre_dispatch=True)(x)
+    analysis = aliasing.analyze(gm)
+    roll = by_target(gm.graph, torch.ops.aten.roll.default)
+    contiguous = by_target(gm.graph, torch.ops.aten.contiguous.default)
+    assert analysis.may_alias(contiguous, roll)
+    check_analysis(analysis, gm, [x.clone(memory_format=torch.channels_last)])

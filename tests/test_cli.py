@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
@@ -274,6 +275,82 @@ def test_console_script_points_at_main() -> None:
     (script,) = importlib.metadata.entry_points(group="console_scripts", name="fx-aliasing")
     assert script.value == "rewrite.cli:main"
     assert script.load() is main
+
+
+_MYOPS = """
+import torch
+
+
+@torch.library.custom_op("myops::scale_", mutates_args=("x",))
+def scale_(x: torch.Tensor, s: float) -> None:
+    x.mul_(s)
+
+
+@scale_.register_fake
+def _(x, s):
+    return None
+"""
+
+_MAKE_PROGRAM = """
+import torch
+import myops
+
+
+class M(torch.nn.Module):
+    def forward(self, x):
+        y = x.clone()
+        torch.ops.myops.scale_(y, 2.0)
+        return y + 1
+
+
+torch.export.save(torch.export.export(M(), (torch.randn(4),)), "prog.pt2")
+"""
+
+
+def _console_script() -> Path:
+    script = Path(sys.executable).parent / "fx-aliasing"
+    if not script.exists():
+        pytest.skip(f"the fx-aliasing console script is not installed next to {sys.executable}")
+    return script
+
+
+def _user_folder(tmp_path: Path) -> dict[str, str]:
+    """tmp_path as a user's folder: myops.py (a custom op) and prog.pt2 (a program that uses it)."""
+    (tmp_path / "myops.py").write_text(_MYOPS)
+    (tmp_path / "make.py").write_text(_MAKE_PROGRAM)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing puts the folder on sys.path
+    subprocess.run([sys.executable, "make.py"], cwd=tmp_path, env=env, check=True, timeout=300, capture_output=True)
+    return env
+
+
+def test_console_script_imports_a_module_of_the_current_folder(tmp_path: Path) -> None:
+    env = _user_folder(tmp_path)
+    script = _console_script()
+    found = subprocess.run(
+        [str(script), "explain", "prog.pt2", "--import", "myops"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert found.returncode == 0, found.stderr
+    assert "write scale_ via clone" in found.stdout
+    missing = subprocess.run(
+        [str(script), "explain", "prog.pt2"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert missing.returncode == 1
+    errors = [line for line in missing.stderr.splitlines() if not line.startswith("fx-aliasing: loading")]
+    assert len(errors) == 1, missing.stderr  # one line, no torch traceback
+    assert "custom op myops.scale_.default" in errors[0] and "--import MODULE" in errors[0]
+    assert "Traceback" not in missing.stderr
+
+
+def test_a_damaged_program_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "p.pt2"
+    torch.export.save(torch.export.export(torch.nn.ReLU(), (torch.randn(2),)), path)
+    data = bytearray(path.read_bytes())
+    start = data.index(b"{", data.index(b"models/model.json"))
+    data[start + 10 : start + 20] = b"\xff" * 10  # not UTF-8 any more
+    path.write_bytes(bytes(data))
+    assert main(["explain", str(path)]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("fx-aliasing: loading")]
+    assert len(err) == 1 and "the file is damaged or incomplete" in err[0] and "torch.export.save" in err[0]
 
 
 def test_python_dash_m() -> None:

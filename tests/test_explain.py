@@ -4,8 +4,11 @@
   analysis, the decisions and the rewritten copy; donated inputs by position or
   name; :func:`explain_file` / :func:`rewrite_file` on saved programs, and a
   clear :class:`ProgramFileError` for files that are not exported programs;
+- the text: a summary and the decisions first, then the details;
+  ``text(summary=True)`` and ``fx-aliasing explain --summary`` stay a few dozen
+  lines on a 400-node program;
 - ``fx-aliasing explain``: the printed sections, ``--html``, ``--timeline``,
-  ``--dot``, ``--donated``, ``--import``;
+  ``--dot``, ``--donated``, ``--import``, ``--summary``;
 - ``fx-aliasing rewrite``: the saved program loads, runs like the original and
   has the removable clones removed; ``--check``;
 - paths and arguments are checked before any work starts (exit status 2, and
@@ -89,7 +92,7 @@ def test_explain_leaves_the_program_alone(program_file: Path) -> None:
     assert e.report.decision("clone_2").reason.condition == "C5"
     assert "clone_1" not in e.rewritten.graph_module.code
     text = e.text()
-    for section in ("== storages ==", "== alias sets", "== reads and writes per storage", "== clone elimination =="):
+    for section in ("== clone elimination ==", "== inputs", "== storages ==", "== alias sets", "== reads and writes"):
         assert section in text
     assert "2:b_k_cache (buffer)" in text and "write index_copy_ via b_k_cache" in text
     assert "reasons:\n  removable: no condition requires the copy" in text
@@ -146,10 +149,14 @@ def test_not_an_exported_program(tmp_path: Path) -> None:
 def test_cli_explain_prints_every_section(program_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", str(program_file)]) == 0
     out = capsys.readouterr().out
-    sections = ["tiny.pt2: ", "inputs (placeholder position:name)", "== storages ==", "== alias sets",
-                "== reads and writes per storage", "== clone elimination =="]
+    # a summary and the decisions first, the details after
+    sections = ["tiny.pt2: 25 nodes", "\ninputs: ", "\nstorages: ", "\nalias sets: ", "== clone elimination ==",
+                "== inputs (placeholder position:name (role)) ==", "== storages ==", "== alias sets",
+                "== reads and writes per storage"]
     positions = [out.index(s) for s in sections]
     assert positions == sorted(positions)
+    assert "inputs: 2 parameters (0:p_qkv_weight, 1:p_out_weight); 2 buffers (2:b_k_cache, 3:b_v_cache);" in out
+    assert "\n    the caller's memory: b_k_cache by index_copy_, b_v_cache by index_copy__1\n" in out
     assert "clone_2  x         keep    C5 clone-written-original-is-caller-memory  mul_, x" in out
     assert "{linear, split, getitem, getitem_1, getitem_2}" in out  # q, k, v: one storage
     # (torch.export.load gives every view storage offset 0 in its metadata, so the saved program's
@@ -187,6 +194,65 @@ def test_cli_explain_imports_modules_first(tmp_path: Path, capsys: pytest.Captur
     torch.export.save(torch.export.export(Block(), make_inputs()), path)
     assert main(["explain", str(path), "--import", "rewrite.examples"]) == 0
     assert "rms_norm_" in capsys.readouterr().out
+
+
+class _Stack(torch.nn.Module):
+    """Layers of :class:`TinyAttention` (18 layers: about 420 nodes and 54 clones)."""
+
+    def __init__(self, layers: int) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(TinyAttention() for _ in range(layers))
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            out, h = layer(x, pos)
+            x = out + h
+        return x
+
+
+@pytest.fixture(scope="module")
+def stack() -> torch.export.ExportedProgram:
+    torch.manual_seed(0)
+    return torch.export.export(_Stack(18), _inputs())
+
+
+def test_summary_is_short_on_a_400_node_program(stack: torch.export.ExportedProgram) -> None:
+    from rewrite.explain import SUMMARY_DECISIONS
+
+    e = explain(stack, name="stack")
+    assert len(stack.graph.nodes) >= 400 and len(e.report.decisions) > SUMMARY_DECISIONS
+    full, summary = e.text(), e.text(summary=True)
+    lines = summary.splitlines()
+    assert len(lines) <= 36, summary
+    assert max(len(line) for line in lines[:-1]) <= 120  # wrapped (the last line is the hint)
+    assert lines[0] == f"stack: {len(stack.graph.nodes)} nodes, {len(e.analysis.storages)} storages, 54 clone candidates: 53 removed, 1 kept"
+    # many decisions: grouped by action and reason, kept first, at most three lines a group
+    assert "  kept 1, C5 clone-written-original-is-caller-memory: clone_2" in summary
+    removed = summary.split("  removed 53, removable: ", 1)[1].split("\n\n")[0]
+    assert removed.count("\n") <= 2 and re.search(r", \.\.\. and \d+ more$", removed)
+    assert "reasons:\n  removable: no condition requires the copy" in summary
+    assert "== storages ==" not in summary and "without --summary" in lines[-1]
+    # the full text starts the same way and has everything
+    assert full.startswith(summary.split("\n== clone elimination ==")[0])
+    assert len(full.splitlines()) > 900
+    table = full.split("== clone elimination ==\n", 1)[1].split("\n\n")[0]
+    assert len([line for line in table.splitlines()[2:] if re.match(r"clone(_\d+)? ", line)]) == 54  # after the header
+    assert full.index("== clone elimination ==") < full.index("== storages ==") < full.index("== reads and writes")
+
+
+def test_summary_of_a_small_program_has_the_decision_table(program_file: Path) -> None:
+    summary = explain(load_program(program_file), name="tiny").text(summary=True)
+    assert "clone_2  x         keep    C5 clone-written-original-is-caller-memory  mul_, x" in summary
+    assert "== reads and writes" not in summary and len(summary.splitlines()) <= 25
+
+
+def test_cli_explain_summary(program_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", str(program_file), "--summary"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("tiny.pt2: 25 nodes") and "== clone elimination ==" in out
+    assert "== storages ==" not in out and "fx-aliasing explain without --summary" in out
+    assert main(["explain", str(program_file)]) == 0
+    assert "== storages ==" in capsys.readouterr().out
 
 
 # --- fx-aliasing rewrite --------------------------------------------------------------------

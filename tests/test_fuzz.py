@@ -578,3 +578,17 @@ def test_profiles_register() -> None:
     assert settings.get_profile("ci").deadline is None
     assert settings.get_profile("ci").max_examples == CI_SETTINGS.max_examples
     assert settings.get_profile("soak").max_examples == SOAK_SETTINGS.max_examples
+
+
+def test_symbolic_programs_have_symbolic_sizes_and_stay_sound() -> None:
+    """``programs(tracing_mode="symbolic")``: the graphs carry SymInt sizes; eliminate_clones stays sound."""
+
+    def symbolic_sizes(p: Program) -> bool:  # sizes 0 and 1 are specialised by the tracer
+        vals = [n.meta.get("val") for n in p.graph_module.graph.nodes if n.op == "placeholder"]
+        return any(isinstance(s, torch.SymInt) for v in vals if isinstance(v, torch.Tensor) for s in v.shape)
+
+    assert not symbolic_sizes(find(programs(max_ops=3), lambda p: p.num_ops >= 1))
+    p = find(programs(max_ops=6, tracing_mode="symbolic"), lambda p: p.num_ops >= 3 and symbolic_sizes(p))
+    assert p.tracing_mode == "symbolic"
+    assert "tracing_mode='symbolic'" in p.source()
+    check_pass(lambda gm: rewrite.eliminate_clones(gm, donated_inputs=p.donated_inputs, strict=True), p)

@@ -6,6 +6,8 @@
 - clone elimination keeps a snapshot clone of a running statistic that a later
   train-mode batch norm overwrites;
 - the dropout family returns its input itself when ``p == 0`` or ``train`` is False;
+  so do ``type_as``, the ``_cast_*`` ops and ``lift`` when there is nothing to convert
+  (a loaded ``.pt2`` program's metadata does not show it);
 - an ``out=`` tensor of the wrong size is resized: its value becomes "unknown storage";
 - every table entry names real schema arguments and carries its evidence.
 """
@@ -184,6 +186,43 @@ def test_exported_dropout_with_p_zero_aliases_its_input() -> None:
     drop = _node(ep.graph_module, torch.ops.aten.dropout.default)
     assert analysis.may_alias(x, drop)
     check_analysis(analysis, ep.graph_module, [torch.randn(5, 5)])
+
+
+@pytest.mark.parametrize(
+    ("name", "x", "call"),
+    [
+        ("type_as", torch.randn(4, 3), lambda op, x: op(x, x)),
+        ("_cast_Float", torch.randn(4, 3), lambda op, x: op(x)),
+        ("_cast_Long", torch.arange(12).reshape(4, 3), lambda op, x: op(x)),
+        ("lift", torch.randn(4, 3), lambda op, x: op(x)),
+    ],
+)
+def test_ops_that_return_their_input_when_nothing_converts(name: str, x: torch.Tensor, call: Callable[..., Any]) -> None:
+    op = getattr(torch.ops.aten, name).default
+    assert call(op, x) is x  # the evidence: the very input, although the schema says fresh
+    assert HIDDEN_EFFECTS[f"aten::{name}"].view_of == "self"
+
+
+def test_loaded_type_as_clone_written_in_place_is_kept(tmp_path: Any) -> None:
+    # torch.export.load gives type_as's result a fake storage of its own: without the table's
+    # entry the clone looked removable, and the rewrite wrote the caller's input.
+    class M(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            d = x.type_as(y).clone()
+            d.add_(1)
+            return d
+
+    inputs = (torch.randn(3, 4), torch.randn(2))
+    torch.export.save(torch.export.export(M(), inputs), tmp_path / "m.pt2")
+    ep = torch.export.load(tmp_path / "m.pt2")
+    analysis = aliasing.analyze(ep)
+    x = ep.graph.find_nodes(op="placeholder")[0]
+    type_as = _node(ep.graph_module, torch.ops.aten.type_as.default)
+    assert analysis.may_alias(x, type_as)
+    check_analysis(analysis, ep.graph_module, [t.clone() for t in inputs])
+    original = copy_program(ep)
+    assert rewrite.eliminate_clones(ep).kept == ("clone",)
+    check_equivalent(original, ep, [t.clone() for t in inputs])
 
 
 # ---------------------------------------------------------------------------- out= resized

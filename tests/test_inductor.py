@@ -400,6 +400,8 @@ def test_logging_and_structured_trace(caplog: pytest.LogCaptureFixture, monkeypa
     def capture(name: str, *, metadata_fn: Callable[[], dict[str, Any]], payload_fn: Callable[[], str], **_: Any) -> None:
         artifacts.append((metadata_fn(), payload_fn()))
 
+    import torch._inductor.compile_fx  # noqa: F401  # Inductor's modules bind the real trace_structured first
+
     monkeypatch.setattr(torch._logging, "trace_structured", capture)
     gm = make_fx(lambda a: (a * 2).clone() + 1, tracing_mode="fake")(torch.randn(4))
     with caplog.at_level(logging.DEBUG, logger="rewrite"):
@@ -411,6 +413,42 @@ def test_logging_and_structured_trace(caplog: pytest.LogCaptureFixture, monkeypa
     (meta, payload), = artifacts
     assert meta == {"name": "fx_aliasing_clone_elimination", "encoding": "string"}
     assert "clone" in payload and "removable" in payload
+
+
+def test_cache_hit_says_the_report_came_from_the_cache(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Inductor's FX graph cache (and AOTAutograd's) replay a compile without running the pass.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a = x.sin()
+        return a.clone(memory_format=torch.channels_last) * 2, a  # a clone the pass keeps (layout)
+
+    def compile_once() -> CloneEliminationPass:
+        torch._dynamo.reset()
+        p = CloneEliminationPass()
+        compiled = torch.compile(f, options={"post_grad_custom_post_pass": p})
+        x = torch.randn(2, 3, 4, 4)
+        torch.testing.assert_close(compiled(x), f(x))
+        return p
+
+    with torch._inductor.config.patch(fx_graph_cache=True), torch._functorch.config.patch(enable_autograd_cache=True):
+        first = compile_once()
+        assert first.last_report_source == "pass" and not first.cache_hit
+        assert first.last_report is not None and len(first.last_report.kept) == 1
+        with caplog.at_level(logging.INFO, logger="rewrite.inductor"):
+            second = compile_once()
+        assert second.last_report_source == "cache" and second.cache_hit and second.last_report is None
+        (line,) = [r.getMessage() for r in caplog.records if "cache replayed" in r.getMessage()]
+        assert "kept 1" in line and "TORCHINDUCTOR_FX_GRAPH_CACHE=0" in line
+        with torch._inductor.config.patch(fx_graph_cache=False):
+            third = compile_once()  # the documented way to see the report again
+        assert third.last_report_source == "pass" and third.last_report is not None
+    torch._dynamo.reset()
+    outside = CloneEliminationPass()
+    outside.uuid()  # not inside a compile: nothing to follow
+    assert outside.last_report_source is None and not outside.cache_hit
 
 
 def test_never_raises_on_a_broken_pipeline(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:

@@ -30,14 +30,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 import torch
+from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from aliasing.registry import torch_release
-from rewrite.guard import KNOWN_RELEASES, STOCK_MISCOMPILES
+from rewrite.guard import KNOWN_RELEASES, STOCK_MISCOMPILES, GuardReport
 from rewrite.inductor import CloneEliminationPass, JointGraphGuard, compile_options
 
 # --- custom ops ------------------------------------------------------------------------
@@ -128,6 +129,28 @@ def scatter_copied_back_and_returned(x: torch.Tensor, src: torch.Tensor) -> torc
     updated = torch.slice_scatter(x, src, 0, 0, 1)
     x.copy_(updated)
     return updated
+
+
+def noop_view_resized_after_break(x: torch.Tensor) -> torch.Tensor:
+    """pytorch/pytorch#191449: ``resize_`` breaks the graph; the first graph returns ``base`` and ``alias``."""
+    base = x + 1
+    alias = base.view(-1)
+    alias.resize_(12)  # eager: only alias grows; base stays as it was
+    return base + 1
+
+
+def detached_alias_resized_after_break(x: torch.Tensor) -> torch.Tensor:
+    """pytorch/pytorch#191449 with ``detach()``, the shape its fix (torch 2.15) leaves open: ``._base`` is None."""
+    base = x + 1
+    alias = base.detach()
+    alias.resize_(12)
+    return base + 1
+
+
+def as_strided_of_strided_slice_of_repeat(x: torch.Tensor) -> torch.Tensor:
+    """pytorch/pytorch#197431: as_strided is relative to the storage of ``full``, not to the slice."""
+    full = x.repeat((3, 2))
+    return torch.as_strided(full[:, ::2], (3, 2), full.stride())
 
 
 # --- programs: variants ----------------------------------------------------------------
@@ -333,6 +356,97 @@ def offset_of_rows_clone(x: torch.Tensor) -> torch.Tensor:
     return storage_offset_of(x[2:].clone())
 
 
+def reshaped_alias_resized_after_break(x: torch.Tensor) -> torch.Tensor:
+    base = x + 1
+    alias = base.reshape(-1)
+    alias.resize_(12)
+    return base + 1
+
+
+def view_as_alias_resized_after_break(x: torch.Tensor) -> torch.Tensor:
+    base = x + 1
+    alias = base.view_as(base)
+    alias.resize_(12)
+    return base + 1
+
+
+def flattened_alias_resized_after_break(x: torch.Tensor) -> torch.Tensor:
+    base = x + 1
+    alias = base.unsqueeze(-1).flatten()  # two views, back to base's layout (no pointless_view to remove)
+    alias.resize_(12)
+    return base + 1
+
+
+def full_slice_alias_resized_after_break(x: torch.Tensor) -> torch.Tensor:
+    base = x * 2
+    alias = base[:]  # remove_noop_ops drops the full slice
+    alias.resize_(24)
+    return base + 1
+
+
+def two_aliases_of_intermediate_resized_after_break(x: torch.Tensor) -> torch.Tensor:
+    t = x + 1  # not returned: both returned values are views of it
+    a = t.view(-1)
+    b = t.detach()
+    b.resize_(12)
+    return a + 1
+
+
+def value_and_noop_view(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    base = x + 1
+    return base, base.view(-1)  # two objects in eager
+
+
+def value_and_double_transpose(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    base = x * 3
+    return base, base.t().t()
+
+
+def value_and_detached(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    base = x * 3
+    return base, base.detach(), base.detach()  # three objects in eager
+
+
+def value_and_noop_expand(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    base = x - 1
+    return base, base.expand(base.shape)
+
+
+def as_strided_of_strided_slice_wide(x: torch.Tensor) -> torch.Tensor:
+    full = x.repeat(3, 2)  # (6, 6): the compact slice holds half of it, in other places
+    return torch.as_strided(full[:, ::2], full.shape, full.stride())
+
+
+def as_strided_of_unfold(x: torch.Tensor) -> torch.Tensor:
+    full = x.repeat(2, 1)
+    return torch.as_strided(full.unfold(0, 2, 1), full.shape, full.stride())
+
+
+def as_strided_of_diagonal(x: torch.Tensor) -> torch.Tensor:
+    y = x + 1
+    return torch.as_strided(y.diagonal(), (2, 4), (4, 1), 4)
+
+
+def as_strided_of_transposed_slice(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    return torch.as_strided(y.t()[1:], (2, 4), (4, 1))  # the slice's own offset (1)
+
+
+def as_strided_of_offset_slice(x: torch.Tensor) -> torch.Tensor:
+    y = x + 1
+    return torch.as_strided(y[1:], (2, 4), (4, 1), 0)  # rows 0 and 1 of y: before the slice
+
+
+def as_strided_of_bitcast_slice(x: torch.Tensor) -> torch.Tensor:
+    y = x + 1
+    return torch.as_strided(y.view(torch.int32)[1:], (2, 4), (4, 1), 2)
+
+
+def value_and_as_strided_of_its_slice(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    full = x.repeat(3, 2)
+    return full, torch.as_strided(full[:, ::2], (3, 2), full.stride())  # full's own layout: a second object
+
+
 # --- programs: controls ----------------------------------------------------------------
 
 
@@ -416,6 +530,60 @@ def shift_intermediate(a: torch.Tensor) -> torch.Tensor:
     return y
 
 
+def view_of_slice_resized_after_break(x: torch.Tensor) -> torch.Tensor:
+    base = (x + 1)[1:]  # a view with an offset: returned as a reinterpret_tensor, an object of its own
+    alias = base.view(-1)
+    alias.resize_(12)
+    return base + 1
+
+
+def input_alias_resized_after_break(x: torch.Tensor) -> torch.Tensor:
+    alias = x.view(-1)  # a view of an input: AOTAutograd regenerates it
+    alias.resize_(12)
+    return x + 1
+
+
+def value_twice(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    base = x + 1
+    return base, base  # one object in eager too
+
+
+def as_strided_of_input_slice(x: torch.Tensor) -> torch.Tensor:
+    return torch.as_strided(x[:, ::2], (3, 2), (2, 1))  # a view of an input stays one
+
+
+def as_strided_of_intermediate(x: torch.Tensor) -> torch.Tensor:
+    return torch.as_strided(x + 1, (2, 2), (1, 2))
+
+
+def as_strided_of_slice_of_output(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    full = x.repeat(3, 2)  # returned: Inductor realizes it, and the slice stays a view of it
+    return full, torch.as_strided(full[:, ::2], (2, 2), (2, 1), 2)
+
+
+def as_strided_after_int16_view(x: torch.Tensor) -> torch.Tensor:
+    y = x + 1  # the element-size-changing dtype view is an extern kernel over y, realized
+    return torch.as_strided(y.view(torch.int16)[:, ::2], (4, 4), (8, 1), 2)
+
+
+def squeezed_input_written_after_break(x: torch.Tensor) -> torch.Tensor:
+    y = x.squeeze(0)
+    torch._dynamo.graph_break()
+    y[0] = 1  # the second graph writes its input y and returns a view of it (AOTAutograd regenerates it)
+    return y.view(-1)
+
+
+def row_written_then_squeezed(x: torch.Tensor) -> torch.Tensor:
+    x[0, 1:] = 1
+    return x.squeeze(0)  # a view of x in eager too
+
+
+def index_put_into_row_view(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    v = x[1:]
+    v.index_put_((torch.tensor([0, 2]),), src)
+    return v  # a view of x in eager too
+
+
 # --- inputs ----------------------------------------------------------------------------
 
 
@@ -449,15 +617,20 @@ class Program:
     name: str
     fn: Callable[..., Any] | None  #: a function (None for a module program)
     inputs: Inputs
-    hazards: tuple[str, ...]  #: the hazard codes the guard must report, in order ("H1".."H7")
+    hazards: tuple[str, ...]  #: the hazard codes the guard must report, in order ("H1".."H9")
     kind: str  #: "repro", "variant" or "control"
     issue: str = ""  #: the pytorch/pytorch issue a repro reproduces
     module: Callable[[], torch.nn.Module] | None = None
     dynamic: bool = False
     latent: bool = False  #: stock may be right by luck (the hazard is there)
     slow: bool = False
-    #: torch releases whose stock Inductor gets this program right although its class is broken there
+    #: torch releases whose stock Inductor gets this program right by luck although its class is broken there
+    #: (the guard still pays for the hazard)
     right_on: frozenset[str] = frozenset()
+    #: torch releases that no longer miscompile this program although its class is broken there (another
+    #: shape of the class still is): stock right, and the guard finds nothing and has stock's copies
+    fixed_on: frozenset[str] = frozenset()
+    fullgraph: bool = True  #: False for a program that breaks the graph (its caller's code runs between graphs)
 
 
 PROGRAMS: tuple[Program, ...] = (
@@ -471,6 +644,10 @@ PROGRAMS: tuple[Program, ...] = (
     Program("dtype_view_then_write", dtype_view_then_write, lambda: [torch.arange(-12, 12).reshape(4, 6)], ("H6",), "repro", "198101"),
     Program("index_put_then_add_flip", index_put_then_add_flip, rand(4, 8), ("H4",), "repro", "198270"),
     Program("scatter_copied_back_and_returned", scatter_copied_back_and_returned, lambda: [torch.tensor([1.0, 2.0]), torch.tensor([10.0])], ("H3",), "repro", "195451"),
+    # torch 2.15's AOTAutograd regenerates a no-op view of another output (pytorch/pytorch#191844), not a detach
+    Program("noop_view_resized_after_break", noop_view_resized_after_break, lambda: [torch.zeros(1)], ("H8",), "repro", "191449", fixed_on=frozenset({"2.15"}), fullgraph=False),
+    Program("detached_alias_resized_after_break", detached_alias_resized_after_break, lambda: [torch.zeros(1)], ("H8",), "repro", "191449", fullgraph=False),
+    Program("as_strided_of_strided_slice_of_repeat", as_strided_of_strided_slice_of_repeat, lambda: [torch.randn(1, 1, generator=_g())], ("H9",), "repro", "197431"),
     # H1 variants
     Program("assign_view_then_mul", assign_view_then_mul, lambda: [torch.zeros(3, 4), torch.arange(12.0)], ("H1",), "variant"),
     Program("swap_through_clone", swap_through_clone, dst_src, ("H1",), "variant"),
@@ -514,6 +691,26 @@ PROGRAMS: tuple[Program, ...] = (
     Program("offset_of_row_clone", offset_of_row_clone, lambda: [torch.arange(12.0).view(3, 4)], ("H7",), "variant"),
     Program("offset_of_rows_clone", offset_of_rows_clone, lambda: [torch.arange(12.0).view(4, 3)], ("H7",), "variant", slow=True),
     Program("offset_of_clone_dynamic", offset_of_clone, lambda: [torch.arange(8.0)], ("H7",), "variant", dynamic=True, slow=True),
+    # H8 variants
+    Program("reshaped_alias_resized_after_break", reshaped_alias_resized_after_break, lambda: [torch.zeros(1)], ("H8",), "variant", fixed_on=frozenset({"2.15"}), fullgraph=False),
+    Program("view_as_alias_resized_after_break", view_as_alias_resized_after_break, lambda: [torch.zeros(1)], ("H8",), "variant", fixed_on=frozenset({"2.15"}), fullgraph=False, slow=True),
+    Program("flattened_alias_resized_after_break", flattened_alias_resized_after_break, lambda: [torch.zeros(1)], ("H8",), "variant", fixed_on=frozenset({"2.15"}), fullgraph=False, slow=True),
+    Program("full_slice_alias_resized_after_break", full_slice_alias_resized_after_break, lambda: [torch.arange(6.0)], ("H8",), "variant", fixed_on=frozenset({"2.15"}), fullgraph=False, slow=True),
+    Program("two_aliases_of_intermediate_resized_after_break", two_aliases_of_intermediate_resized_after_break, lambda: [torch.zeros(1)], ("H8",), "variant", fullgraph=False),
+    Program("detached_alias_resized_after_break_dynamic", detached_alias_resized_after_break, lambda: [torch.arange(3.0)], ("H8",), "variant", dynamic=True, fullgraph=False, slow=True),
+    Program("value_and_noop_view", value_and_noop_view, rand(4), ("H8",), "variant", fixed_on=frozenset({"2.15"})),
+    Program("value_and_double_transpose", value_and_double_transpose, rand(3, 4), ("H8",), "variant", fixed_on=frozenset({"2.15"}), slow=True),
+    Program("value_and_detached", value_and_detached, rand(3, 4), ("H8", "H8"), "variant"),
+    Program("value_and_noop_expand", value_and_noop_expand, rand(4), ("H8",), "variant", fixed_on=frozenset({"2.15"}), slow=True),
+    Program("value_and_as_strided_of_its_slice", value_and_as_strided_of_its_slice, lambda: [torch.randn(1, 1, generator=_g())], ("H8",), "variant", fixed_on=frozenset({"2.15"}), slow=True),
+    # H9 variants
+    Program("as_strided_of_strided_slice_wide", as_strided_of_strided_slice_wide, lambda: [torch.arange(6.0).view(2, 3)], ("H9",), "variant"),
+    Program("as_strided_of_unfold", as_strided_of_unfold, lambda: [torch.arange(12.0).view(3, 4)], ("H9",), "variant"),
+    Program("as_strided_of_diagonal", as_strided_of_diagonal, lambda: [torch.arange(16.0).view(4, 4)], ("H9",), "variant", slow=True),
+    Program("as_strided_of_transposed_slice", as_strided_of_transposed_slice, lambda: [torch.arange(12.0).view(3, 4)], ("H9",), "variant", slow=True),
+    Program("as_strided_of_offset_slice", as_strided_of_offset_slice, lambda: [torch.arange(16.0).view(4, 4)], ("H9",), "variant"),
+    Program("as_strided_of_bitcast_slice", as_strided_of_bitcast_slice, lambda: [torch.arange(16.0).view(4, 4)], ("H9",), "variant", slow=True),
+    Program("as_strided_of_strided_slice_wide_dynamic", as_strided_of_strided_slice_wide, lambda: [torch.arange(6.0).view(2, 3)], ("H9",), "variant", dynamic=True, slow=True),
     # controls: none of the hazards
     Program("copy_without_later_write", copy_without_later_write, dst_src, (), "control"),
     Program("assign_into_first_then_mul", assign_into_first_then_mul, dst_src, (), "control", slow=True),
@@ -530,6 +727,17 @@ PROGRAMS: tuple[Program, ...] = (
     Program("offset_of_dense_clone", offset_of_dense_clone, lambda: [torch.arange(8.0)], (), "control", slow=True),
     Program("opaque_op_of_column_clone", opaque_op_of_column_clone, lambda: [torch.arange(12.0).view(3, 4)], (), "control"),
     Program("shift_intermediate", shift_intermediate, rand(3, 16, 16), (), "control", slow=True),
+    Program("view_of_slice_resized_after_break", view_of_slice_resized_after_break, lambda: [torch.zeros(2)], (), "control", fullgraph=False),
+    Program("input_alias_resized_after_break", input_alias_resized_after_break, lambda: [torch.zeros(1)], (), "control", fullgraph=False, slow=True),
+    Program("value_twice", value_twice, rand(4), (), "control", slow=True),
+    Program("as_strided_of_input_slice", as_strided_of_input_slice, lambda: [torch.arange(6.0).view(3, 2)], (), "control"),
+    Program("as_strided_of_intermediate", as_strided_of_intermediate, lambda: [torch.arange(4.0)], (), "control", slow=True),
+    Program("as_strided_of_slice_of_output", as_strided_of_slice_of_output, lambda: [torch.randn(1, 1, generator=_g())], (), "control", slow=True),
+    Program("as_strided_after_int16_view", as_strided_after_int16_view, lambda: [torch.arange(16.0).view(4, 4)], (), "control", slow=True),
+    # the guard once paid a copy here that eager does not need (H3 on an output that is a view of the input in eager)
+    Program("squeezed_input_written_after_break", squeezed_input_written_after_break, lambda: [torch.arange(2.0).view(1, 2)], (), "control", fullgraph=False),
+    Program("row_written_then_squeezed", row_written_then_squeezed, lambda: [torch.arange(2.0).view(1, 2)], (), "control"),
+    Program("index_put_into_row_view", index_put_into_row_view, lambda: [torch.zeros(4, 4), torch.ones(2, 4)], (), "control"),
 )
 
 
@@ -538,12 +746,15 @@ PROGRAMS: tuple[Program, ...] = (
 
 @dataclass
 class Observed:
-    """What a run shows: outputs, inputs and buffers afterwards, and storage sharing."""
+    """What a run shows: outputs, inputs and buffers afterwards, storage sharing, object identity, or what it raised."""
 
     outputs: list[Any]
     inputs: list[torch.Tensor]
     buffers: dict[str, torch.Tensor]
     sharing: list[list[bool]]  #: output i shares storage with input/buffer j
+    shared_outputs: list[tuple[int, int]] = field(default_factory=list)  #: outputs i < j that share a storage
+    same_objects: list[tuple[int, int]] = field(default_factory=list)  #: outputs i < j that are one tensor object
+    raised: str | None = None  #: the type of the exception the run raised
 
 
 def _flat(x: Any) -> list[Any]:
@@ -559,11 +770,20 @@ def observe(p: Program, call: Callable[..., Any] | None = None, *, wrap: Callabl
     target: Any = p.module() if p.module is not None else p.fn
     inputs = p.inputs()
     fn = wrap(target) if wrap is not None else target
-    outputs = _flat(fn(*inputs))
     buffers = dict(target.named_buffers()) if isinstance(target, torch.nn.Module) else {}
+    try:
+        outputs = _flat(fn(*inputs))
+    except Exception as e:
+        if wrap is None:
+            raise  # every program runs eagerly
+        return Observed([], inputs, buffers, [], raised=type(e).__name__)  # a compile that fails
     memory = [*inputs, *buffers.values()]
     sharing = [[isinstance(o, torch.Tensor) and _storage(o) == _storage(m) for m in memory] for o in outputs]
-    return Observed(outputs, inputs, buffers, sharing)
+    pairs = [(i, j) for i in range(len(outputs)) for j in range(i + 1, len(outputs))]
+    tensors = [isinstance(o, torch.Tensor) for o in outputs]
+    shared = [(i, j) for i, j in pairs if tensors[i] and tensors[j] and _storage(outputs[i]) == _storage(outputs[j])]
+    same = [(i, j) for i, j in pairs if tensors[i] and outputs[i] is outputs[j]]
+    return Observed(outputs, inputs, buffers, sharing, shared, same)
 
 
 def differences(got: Observed, want: Observed) -> list[str]:
@@ -579,6 +799,8 @@ def differences(got: Observed, want: Observed) -> list[str]:
             return bool(torch.equal(a, b))
         return bool(a == b)
 
+    if got.raised != want.raised:
+        return [f"raised {got.raised}, eager {want.raised}"]
     if len(got.outputs) != len(want.outputs):
         return [f"{len(got.outputs)} outputs, eager {len(want.outputs)}"]
     diffs += [f"output {i}" for i, (a, b) in enumerate(zip(got.outputs, want.outputs)) if not same(a, b)]
@@ -591,6 +813,10 @@ def differences(got: Observed, want: Observed) -> list[str]:
     diffs += [f"buffer {k} afterwards" for k in want.buffers if not same(got.buffers[k], want.buffers[k])]
     if got.sharing != want.sharing:
         diffs.append(f"output/input storage sharing {got.sharing}, eager {want.sharing}")
+    if got.shared_outputs != want.shared_outputs:
+        diffs.append(f"outputs sharing a storage {got.shared_outputs}, eager {want.shared_outputs}")
+    if got.same_objects != want.same_objects:
+        diffs.append(f"outputs that are one object {got.same_objects}, eager {want.same_objects}")
     return diffs
 
 
@@ -598,16 +824,38 @@ def differences(got: Observed, want: Observed) -> list[str]:
 class Compiled:
     observed: Observed
     code: list[str]
-    post: CloneEliminationPass | None
-    joint: JointGraphGuard | None
+    reports: list[GuardReport]  #: the guard's reports, in the order its passes ran (every graph of the program)
 
     @property
     def hazards(self) -> tuple[str, ...]:
-        found: list[str] = []
-        for rep in (self.joint.last_report if self.joint else None, self.post.last_guard_report if self.post else None):
-            if rep is not None:
-                found.extend(rep.hazards)
-        return tuple(found)
+        return tuple(h for r in self.reports for h in r.hazards)
+
+
+class _Recorded(CustomGraphPass):
+    """Runs a guard pass and keeps the report of each run (a program that breaks the graph compiles several)."""
+
+    def __init__(self, inner: CloneEliminationPass | JointGraphGuard, reports: list[GuardReport]) -> None:
+        self.inner, self.reports = inner, reports
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        self.inner(graph)
+        report = self.inner.last_guard_report if isinstance(self.inner, CloneEliminationPass) else self.inner.last_report
+        if report is not None:
+            self.reports.append(report)
+
+    def uuid(self) -> Any:
+        return self.inner.uuid()
+
+
+def _recorded(options: dict[str, Any], reports: list[GuardReport]) -> dict[str, Any]:
+    out = dict(options)
+    for key in ("joint_custom_pre_pass", "post_grad_custom_post_pass"):
+        passes = out.get(key)
+        if isinstance(passes, (CloneEliminationPass, JointGraphGuard)):
+            out[key] = _Recorded(passes, reports)
+        elif isinstance(passes, list):
+            out[key] = [_Recorded(q, reports) if isinstance(q, (CloneEliminationPass, JointGraphGuard)) else q for q in passes]
+    return out
 
 
 def compile_and_observe(p: Program, *, backend: str = "inductor", options: dict[str, Any] | None = None) -> Compiled:
@@ -616,11 +864,12 @@ def compile_and_observe(p: Program, *, backend: str = "inductor", options: dict[
 
     torch._dynamo.reset()
     codes: list[str] = []
+    reports: list[GuardReport] = []
 
     def wrap(target: Any) -> Callable[..., Any]:
-        kwargs: dict[str, Any] = {"backend": backend, "fullgraph": True, "dynamic": p.dynamic}
+        kwargs: dict[str, Any] = {"backend": backend, "fullgraph": p.fullgraph, "dynamic": p.dynamic}
         if backend == "inductor":
-            kwargs["options"] = options or {}
+            kwargs["options"] = _recorded(options or {}, reports)
         compiled = torch.compile(target, **kwargs)
 
         def run(*args: Any) -> Any:
@@ -634,8 +883,7 @@ def compile_and_observe(p: Program, *, backend: str = "inductor", options: dict[
 
     with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
         observed = observe(p, wrap=wrap)
-    opts = options or {}
-    return Compiled(observed, codes, opts.get("post_grad_custom_post_pass"), opts.get("joint_custom_pre_pass"))
+    return Compiled(observed, codes, reports)
 
 
 def copies(code: Sequence[str]) -> tuple[int, int]:
@@ -660,8 +908,9 @@ def _params(kind: str, *, default_only: bool = False) -> list[Any]:
 
 
 def _fixed_here(p: Program) -> bool:
-    """Stock Inductor of the installed torch no longer miscompiles ``p``'s hazard class (STOCK_MISCOMPILES)."""
-    return bool(p.hazards) and all(torch_release() not in STOCK_MISCOMPILES[h] for h in p.hazards)
+    """The installed torch no longer miscompiles ``p``: its hazard class is fixed (STOCK_MISCOMPILES), or ``p`` is."""
+    release = torch_release()
+    return bool(p.hazards) and (release in p.fixed_on or all(release not in STOCK_MISCOMPILES[h] for h in p.hazards))
 
 
 def _no_more_copies(guarded: Compiled, stock: Compiled) -> bool:
@@ -674,6 +923,9 @@ def test_every_hazard_class_has_a_repro_that_proves_its_status() -> None:
     """test_faithful_repro checks each class's status on the installed torch against its repro."""
     assert {p.hazards[0] for p in PROGRAMS if p.kind == "repro"} == set(STOCK_MISCOMPILES)
     assert torch_release() in KNOWN_RELEASES, f"torch {torch_release()}: record which hazards its Inductor still has"
+    broken = {h for h, releases in STOCK_MISCOMPILES.items() if torch_release() in releases}
+    proving = {p.hazards[0] for p in PROGRAMS if p.kind == "repro" and torch_release() not in p.fixed_on}
+    assert broken <= proving, f"no repro wrong on {torch_release()} proves {sorted(broken - proving)} broken there"
 
 
 @pytest.mark.parametrize("p", _params("repro"))
@@ -688,7 +940,7 @@ def test_faithful_repro(p: Program) -> None:
     assert differences(guarded.observed, want) == []
     if _fixed_here(p):
         assert differences(stock.observed, want) == [], (
-            f"#{p.issue} is wrong on stock Inductor {torch_release()}, marked fixed there in STOCK_MISCOMPILES"
+            f"#{p.issue} is wrong on stock Inductor {torch_release()}, marked fixed there (STOCK_MISCOMPILES, fixed_on)"
         )
         assert guarded.hazards == ()
         assert _no_more_copies(guarded, stock)
@@ -709,7 +961,7 @@ def test_variant_is_guarded(p: Program) -> None:
     guarded = compile_and_observe(p, options=compile_options())
     assert differences(guarded.observed, want) == []
     if _fixed_here(p):
-        assert not stock_wrong, f"stock Inductor {torch_release()} gets this wrong: its class is marked fixed there"
+        assert not stock_wrong, f"stock Inductor {torch_release()} gets this wrong: it is marked fixed there"
         assert guarded.hazards == ()
         assert _no_more_copies(guarded, stock)
         return
@@ -751,8 +1003,8 @@ def test_control_gets_no_copy(p: Program) -> None:
 
 
 def test_post_grad_pass_alone_guards_what_a_post_grad_pass_can() -> None:
-    """Installed only as post_grad_custom_post_pass, the guard still fixes H1-H6; H7 needs the joint hook."""
-    p = next(q for q in PROGRAMS if q.kind == "repro" and q.hazards != ("H7",) and not _fixed_here(q))
+    """Installed only as post_grad_custom_post_pass, the guard still fixes H1-H6 and H9; H7 and H8 need the joint hook."""
+    p = next(q for q in PROGRAMS if q.kind == "repro" and q.hazards[0] not in ("H7", "H8") and not _fixed_here(q))
     want = observe(p)
     post = CloneEliminationPass()
     alone = compile_and_observe(p, options={"post_grad_custom_post_pass": post})

@@ -13,8 +13,11 @@ on meta tensors, removed clones whose layout change ``roll`` makes visible.
   real inputs; without the table the same rewrite differs (the rewritten
   program raises, or returns other strides);
 - a time-bounded slice of the audit finds ``roll``'s divergence, and what it
-  finds is in the committed table; the committed table is what the committed
-  results render;
+  finds on the installed torch is in that release's committed results (a
+  release without committed results fails, naming the command that makes
+  them); the committed table is what the committed results of every release
+  render, their union, and every release with a committed operator
+  classification has committed layout results;
 - a planted lying kernel (a custom op whose fake kernel returns contiguous
   strides while its CPU kernel keeps the input's layout) is caught, and an
   honest twin is not.
@@ -35,7 +38,19 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import rewrite.dataflow
 from aliasing import layout_divergences
 from aliasing.audit import main as audit_main
-from aliasing.layout_audit import LAYOUTS, LayoutAuditError, audit_layouts, relayout, render_table
+from aliasing.layout_audit import (
+    LAYOUTS,
+    REGENERATE,
+    LayoutAuditError,
+    audit_layouts,
+    committed_results,
+    relayout,
+    release_of,
+    render_markdown,
+    render_table,
+    results_path,
+)
+from aliasing.registry import committed_path, torch_release
 from rewrite import Reason, eliminate_clones
 from rewrite.errors import NotEquivalent
 from rewrite.testing import check_equivalent, copy_program
@@ -254,7 +269,10 @@ def test_a_copying_consumer_with_an_argument_from_a_lying_kernel_observes(monkey
 
 # --------------------------------------------------------------------------- the audit, time-bounded
 
-SLICE = ("roll", "add", "mul", "clone", "contiguous", "flip", "cat", "where", "copysign", "nn.functional.hardtanh")
+SLICE = (
+    "roll", "add", "mul", "clone", "contiguous", "flip", "cat", "where", "copysign", "nn.functional.hardtanh",
+    "nn.functional.pixel_shuffle",
+)
 
 
 @pytest.fixture(scope="module")
@@ -277,9 +295,26 @@ def test_slice_covers_every_layout_class(report: Any) -> None:
     assert compared == set(LAYOUTS)
 
 
-def test_what_the_slice_finds_is_in_the_committed_table(report: Any) -> None:
-    assert report.divergent_packets <= layout_divergences.LAYOUT_DIVERGENT_PACKETS
+def _installed_release_results() -> dict[str, Any]:
+    path = results_path(torch_release())
+    if not path.exists():
+        pytest.fail(
+            f"torch {torch.__version__}: no committed layout audit results for release {torch_release()} "
+            f"({path.relative_to(ROOT)}); on this release run\n    {REGENERATE}"
+        )
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def test_what_the_slice_finds_is_in_this_releases_committed_results(report: Any) -> None:
+    data = _installed_release_results()
+    again = f"the installed torch finds what its committed results lack; run\n    {REGENERATE}"
+    assert report.divergent_overloads <= set(data["divergent_overloads"]), (again, report.divergent_overloads)
+    assert report.fake_divergent_overloads <= set(data["fake_divergent_overloads"]), again
+    assert ("aten.roll.default", "channels_last") in {(p["overload"], p["layout"]) for p in data["pairs"]}
     assert report.divergent_overloads <= layout_divergences.LAYOUT_DIVERGENT_OVERLOADS
+    assert report.fake_divergent_overloads <= layout_divergences.FAKE_DIVERGENT_OVERLOADS
+    assert all(layout_divergences.layout_divergent(o) for o in report.divergent_overloads)
 
 
 def test_results_without_elements_are_not_divergences(report: Any) -> None:
@@ -289,17 +324,71 @@ def test_results_without_elements_are_not_divergences(report: Any) -> None:
 
 
 def test_committed_table_is_what_the_committed_results_render() -> None:
-    data = json.loads((RESULTS / "layout_audit.json").read_text())
+    results = committed_results()
     table = ROOT / "aliasing" / "layout_divergences.py"
-    assert table.read_text() == render_table(data)
-    assert set(data["divergent_packets"]) == layout_divergences.LAYOUT_DIVERGENT_PACKETS
-    assert data["settings"]["ops"] is None, "the committed results are of the full scan"
-    assert data["torch_version"] == layout_divergences.TORCH_VERSION
-    for p in data["pairs"]:
-        ev = p["evidence"][0]
-        assert ev["inputs"] is not None and ev["eager"] and ev["meta"] and ev["fake"], p
-    md = (RESULTS / "layout_audit.md").read_text()
-    assert "`aten.roll.default` | channels_last" in md
+    assert table.read_text() == render_table(*results.values()), f"regenerate the table: {REGENERATE}"
+    assert {r: d["torch_version"] for r, d in results.items()} == layout_divergences.TORCH_VERSIONS
+    union = set().union(*(d["divergent_overloads"] for d in results.values()))
+    assert union == layout_divergences.LAYOUT_DIVERGENT_OVERLOADS
+    fake = set().union(*(d["fake_divergent_overloads"] for d in results.values()))
+    assert fake == layout_divergences.FAKE_DIVERGENT_OVERLOADS
+    settings = {json.dumps(d["settings"], sort_keys=True) for d in results.values()}
+    assert len(settings) == 1, "every release's results come from the same scan configuration"
+    for release, data in results.items():
+        assert release_of(data) == release
+        assert data["settings"]["ops"] is None and data["settings"]["seconds"] is None, "the full scan"
+        assert data["settings"]["layouts"] == list(LAYOUTS)
+        for p in data["pairs"]:
+            ev = p["evidence"][0]
+            assert ev["inputs"] is not None and ev["eager"] and ev["meta"] and ev["fake"], p
+        md = results_path(release, ".md").read_text()
+        assert md == render_markdown(data), f"{results_path(release, '.md').name} is not what its JSON renders"
+        assert "`aten.roll.default` | channels_last" in md
+
+
+def test_every_supported_release_has_committed_layout_results() -> None:
+    """The releases with a committed operator classification (``aliasing/registry_data``) are the supported ones."""
+    supported = {p.stem.removeprefix("torch-") for p in committed_path("2.13").parent.glob("torch-*.tsv")}
+    assert supported <= set(committed_results()), f"on each release missing, run {REGENERATE}"
+    assert set(layout_divergences.TORCH_VERSIONS) == supported
+
+
+def _result(version: str, divergent: list[str], fake: list[str], checked: list[str]) -> dict[str, Any]:
+    return {
+        "torch_version": version,
+        "settings": {"max_samples": 24, "layouts": list(LAYOUTS)},
+        "summary": {"opinfos_run": 1, "calls_compared": 1, "divergent_calls": len(divergent),
+                    "divergent_overloads": len(divergent), "runtime_s": 1.0},
+        "divergent_overloads": divergent,
+        "fake_divergent_overloads": fake,
+        "checked_overloads": sorted({*checked, *divergent}),
+    }
+
+
+def test_the_table_is_the_conservative_union_of_the_releases() -> None:
+    old = _result("2.13.0+cpu", ["aten.roll.default"], ["aten.roll.default"], ["aten.div.Tensor", "aten.div.Scalar"])
+    new = _result("2.15.0", ["aten.div.Tensor_mode", "aten.roll.default"], [], ["aten.div.Tensor", "aten.roll.other"])
+    namespace: dict[str, Any] = {}
+    source = render_table(new, old)
+    exec(compile(source, "layout_divergences", "exec"), namespace)  # the rendered table module
+    assert namespace["TORCH_VERSIONS"] == {"2.13": "2.13.0+cpu", "2.15": "2.15.0"}
+    assert namespace["LAYOUT_DIVERGENT_OVERLOADS"] == {"aten.roll.default", "aten.div.Tensor_mode"}
+    assert namespace["FAKE_DIVERGENT_OVERLOADS"] == {"aten.roll.default"}
+    # div.Tensor ran and agreed on both; div.Scalar and roll.other ran on one release only: not trusted
+    assert namespace["AGREEING_SIBLINGS"] == {"aten.div.Tensor"}
+    assert namespace["layout_divergent"]("aten.div.Scalar") and not namespace["layout_divergent"]("aten.div.Tensor")
+    assert '"aten.div.Tensor_mode",  # 2.15 only' in source
+    assert "- ``aten.div.Tensor_mode``: 2.15" in source
+    assert "- ``aten.roll.default``: 2.13, 2.15 (its fake kernel: 2.13)" in source
+    assert render_table(old, new) == source
+    with pytest.raises(LayoutAuditError, match=r"more than one result for torch 2\.13"):
+        render_table(old, old)
+
+
+def test_table_only_renders_the_committed_table(tmp_path: Path) -> None:
+    out = tmp_path / "layout_divergences.py"
+    assert audit_main(["--layouts", "--table-only", "--write-table", str(out)]) == 0
+    assert out.read_text() == (ROOT / "aliasing" / "layout_divergences.py").read_text()
 
 
 def test_audit_cli_dispatches_to_the_layout_audit(tmp_path: Path) -> None:

@@ -9,21 +9,31 @@ The kernel is this interpreter (``sys.executable``) through a kernelspec written
 to a temporary folder, so the notebooks see exactly the environment the tests
 run in, whatever kernels the machine has installed. To refresh the committed
 outputs after changing a notebook, run ``python tests/test_notebooks.py``.
+
+The README says how a user runs the notebook (``jupyter execute``, ``jupyter
+notebook``, the ``fx-aliasing`` kernel); the first of those commands is run here
+as written, from the repository's root.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
 KERNEL_NAME = "fx-aliasing-tests"
 
 
@@ -127,6 +137,26 @@ def test_storage_graphs_notebook_runs(tmp_path: Path) -> None:
     else:
         assert "Graphviz 'dot' not found" in text
         assert "digraph" in text
+
+
+def test_the_readme_says_how_to_run_it_and_the_command_works(tmp_path: Path) -> None:
+    section = (ROOT / "README.md").read_text().split("\n## Pictures", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```bash\n(.*?)```", section, re.S)
+    commands = [line.split("#", 1)[0].strip() for line in block.strip().splitlines()]
+    assert commands[0] == "jupyter execute notebooks/storage_graphs.ipynb"
+    assert "pip install notebook && jupyter notebook notebooks/storage_graphs.ipynb" in commands
+    # the kernel .ci/run installs, for a Jupyter outside this environment
+    assert "python -m ipykernel install --user --name fx-aliasing" in " ".join(section.split())
+    assert "--kernel_name=fx-aliasing" in section
+    jupyter = Path(sys.executable).parent / "jupyter"
+    if not jupyter.exists():
+        pytest.skip(f"no jupyter command beside {sys.executable} (nbclient installs it)")
+    env = {**os.environ, "PATH": f"{jupyter.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    result = subprocess.run(
+        shlex.split(commands[0]), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Executing notebook with kernel: python3" in result.stderr
 
 
 def _refresh(path: Path) -> None:

@@ -276,7 +276,7 @@ def test_plot_and_save_timeline(tmp_path: Path, demo: tuple) -> None:
     assert "clone: kept\nC3 clone-written-then-original-read" in texts
     assert "clone_3: removed" in texts
     labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
-    assert labels[0] == "x_1 0" and labels[-1] == "output 33"  # every position named, in order
+    assert labels[0] == "#0 x_1" and labels[-1] == "#33 output"  # every position named, in order
     svg = aliasing.save_timeline(fig, tmp_path / "t.svg").read_text()
     assert svg.startswith("<?xml") and "<svg" in svg
     png = aliasing.save_timeline(analysis, tmp_path / "t.png", decisions=report).read_bytes()
@@ -299,6 +299,247 @@ def test_plot_timeline_without_matplotlib(monkeypatch: pytest.MonkeyPatch, demo:
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     with pytest.raises(aliasing.RenderingError, match="needs matplotlib"):
         aliasing.plot_timeline(demo[1])
+
+
+# --- what the drawn timeline shows: geometry read back from the figure ------------------------
+
+
+class _SmallCNN(torch.nn.Module):
+    """Three conv + BatchNorm layers and a linear head (14 parameters), one removable clone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1, self.b1 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+        self.c2, self.b2 = torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.BatchNorm2d(16)
+        self.c3, self.b3 = torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.BatchNorm2d(16)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.b1(self.c1(x)))
+        y = torch.relu(self.b2(self.c2(x)))
+        r = y.clone()
+        y = torch.relu(self.b3(self.c3(y))) + r
+        return self.fc(y.mean((2, 3)))
+
+
+@pytest.fixture(scope="module")
+def cnn() -> tuple[aliasing.AliasAnalysis, object]:
+    ep = torch.export.export(_SmallCNN(), (torch.randn(2, 3, 8, 8),))  # train mode: BatchNorm writes its buffers
+    return aliasing.analyze(ep), eliminate_clones(copy_program(ep))
+
+
+def _artists(fig: object, prefix: str) -> list[object]:
+    """Patches and lines of the timeline's axes whose id starts with ``prefix``."""
+    ax = fig.axes[0]  # type: ignore[attr-defined]
+    return [a for a in (*ax.patches, *ax.lines) if (a.get_gid() or "").startswith(prefix)]
+
+
+def _y_range(artist: object) -> tuple[float, float]:
+    if hasattr(artist, "get_ydata"):
+        ys = artist.get_ydata()  # type: ignore[attr-defined]
+        return float(min(ys)), float(max(ys))
+    return artist.get_y(), artist.get_y() + artist.get_height()  # type: ignore[attr-defined]
+
+
+def _texts(fig: object) -> list[object]:
+    """Every visible text of the figure with something in it: titles, labels, ticks, legend."""
+    texts = fig.findobj(matplotlib.text.Text)  # type: ignore[attr-defined]
+    return [t for t in texts if t.get_visible() and t.get_text().strip()]
+
+
+def _renderer(fig: object) -> object:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)  # type: ignore[attr-defined]
+    return canvas.get_renderer()
+
+
+def _boxes_of(fig: object, texts: list[object]) -> list[object]:
+    renderer = _renderer(fig)
+    return [t.get_window_extent(renderer) for t in texts]  # type: ignore[attr-defined]
+
+
+def test_a_write_marks_the_bytes_it_touches(demo: tuple) -> None:
+    # rotary_ writes q and k in place: q's and k's stripes of the qkv buffer, never v's between them
+    _, analysis, _ = demo
+    lane = storage_timeline(analysis).lane("s10")
+    spans = {s.value: s for s in lane.spans}
+    writes = {m.value: m for m in lane.accesses if m.kind == "write"}
+    assert set(writes) == {"getitem", "getitem_1"}
+    for value, mark in writes.items():
+        assert mark.runs == spans[value].runs and len(mark.runs) == 4
+    fig = aliasing.plot_timeline(analysis, storages=["s10"])
+    v = sorted(_y_range(r) for r in _artists(fig, "value-s10-getitem_2-"))
+    assert len(v) == 4
+    for value in ("getitem", "getitem_1"):
+        drawn = sorted(_y_range(line) for line in _artists(fig, f"write-s10-rotary_-{value}-"))
+        bytes_of_value = sorted(_y_range(r) for r in _artists(fig, f"value-s10-{value}-"))
+        assert [y for r in drawn for y in r] == pytest.approx([y for r in bytes_of_value for y in r])  # the accessed region
+        for lo, hi in drawn:  # and it crosses none of v's bytes
+            assert all(hi <= v_lo + 1e-9 or v_hi <= lo + 1e-9 for v_lo, v_hi in v), (value, lo, hi)
+
+
+def test_reads_mark_their_runs_and_unknown_extents_are_dashed() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x[:, ::2] * 2
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(3, 4))
+    fig = aliasing.plot_timeline(aliasing.analyze(gm))
+    reads = _artists(fig, "read-s0-mul-slice_1-")
+    assert len(reads) == 6 and all(line.get_linestyle() == "-" for line in reads)  # type: ignore[attr-defined]
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(MAX_RUNS + 1, 4))  # too many runs: the envelope, dashed
+    fig = aliasing.plot_timeline(aliasing.analyze(gm))
+    (envelope,) = _artists(fig, "read-s0-mul-slice_1-")
+    assert envelope.get_linestyle() != "-"  # type: ignore[attr-defined]
+    assert "access somewhere in the range" in [t.get_text() for t in fig.legends[0].get_texts()]
+
+
+def test_lanes_where_nothing_happens_are_dropped() -> None:
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = (x * 2).sin().cos().exp()
+        return y + w  # w lives from the start to here, untouched in between
+
+    analysis = aliasing.analyze(make_fx(f, tracing_mode="fake")(torch.randn(4), torch.randn(4)))
+    t = storage_timeline(analysis, window=(3, 5))
+    assert "s1" in t.idle and "s1" not in t.shown and t.shown == ("s2", "s3", "s4", "s5")
+    assert any("3 storages with nothing happening in positions 3-5 not shown" in n for n in t.notes)
+    for lane in t.lanes:
+        assert lane.accesses or any(3 <= s.start <= 5 for s in lane.spans), lane.storage
+    # asked for by name, a lane is drawn while one of its values lives in the window
+    assert storage_timeline(analysis, storages=["s1"], window=(3, 5)).shown == ("s1",)
+
+
+def test_read_only_parameters_are_one_band(cnn: tuple) -> None:
+    analysis, report = cnn
+    t = storage_timeline(analysis, decisions=report)
+    band = t.group
+    assert band is not None and band.storage == aliasing.timeline.GROUP
+    parameters = [s for s in analysis.storages if analysis.storage_role(s).value == "parameter"]
+    assert len(parameters) == 14 and sorted(band.members) == sorted(parameters)
+    assert [lane.storage for lane in t.lanes if lane.role == "parameter"] == [band.storage]
+    # the buffers BatchNorm writes keep their own lanes; every storage is drawn, the band counting 14
+    assert sum(lane.role == "buffer" for lane in t.lanes) == 9 and len(t.shown) == 37 and len(t.lanes) == 24
+    assert {m.kind for m in band.accesses} == {"read"} and {m.storage for m in band.accesses} == set(parameters)
+    assert any("14 parameters the program never writes drawn as one band" in n for n in t.notes)
+    fig = aliasing.plot_timeline(t)
+    labels = [label.get_text() for label in fig.axes[0].get_yticklabels()]
+    assert labels[0].startswith("14 parameters\nread only · ")
+    # one lane each on request, and never for storages asked for by name
+    flat = storage_timeline(analysis, decisions=report, group_parameters=False, max_storages=100)
+    assert flat.group is None and sum(lane.role == "parameter" for lane in flat.lanes) == 14
+    assert storage_timeline(analysis, storages=parameters[:3]).group is None
+
+
+def test_value_colours_are_apart_from_the_decision_colours(demo: tuple) -> None:
+    import colorsys
+
+    from matplotlib.colors import to_rgb
+
+    from aliasing.storage_graph import EVIDENCE_COLOUR, KEPT_FILL, REMOVED_FILL, WRITE_COLOUR
+
+    _, analysis, report = demo
+    fig = aliasing.plot_timeline(analysis, decisions=report)
+    decided = {c.clone for c in storage_timeline(analysis, decisions=report).clones}
+    fills = {
+        matplotlib.colors.to_hex(r.get_facecolor(), keep_alpha=False)  # type: ignore[attr-defined]
+        for r in _artists(fig, "value-")
+        if r.get_gid().split("-")[2] not in decided and r.get_facecolor()[3] > 0  # type: ignore[attr-defined]
+    }
+    assert len(fills) >= 6
+    decision_hues = [colorsys.rgb_to_hls(*to_rgb(c))[0] * 360 for c in (REMOVED_FILL, KEPT_FILL, WRITE_COLOUR, EVIDENCE_COLOUR)]
+    for fill in fills:
+        hue, _, saturation = colorsys.rgb_to_hls(*to_rgb(fill))
+        if saturation < 0.12:
+            continue  # a grey
+        distance = min(min(abs(hue * 360 - d), 360 - abs(hue * 360 - d)) for d in decision_hues)
+        assert distance >= 45, (fill, hue * 360)
+        assert fill not in {REMOVED_FILL, KEPT_FILL}
+
+
+def _layout_problems(fig: object) -> list[str]:
+    """Texts outside the figure, and overlapping labels (inside the axes, and among ticks)."""
+    problems = []
+    fig.draw(_renderer(fig))  # type: ignore[attr-defined]  # legends and axis labels are laid out when drawn
+    inside = fig.bbox  # type: ignore[attr-defined]
+    texts = _texts(fig)
+    for text, box in zip(texts, _boxes_of(fig, texts)):
+        if box.x0 < inside.x0 - 1 or box.x1 > inside.x1 + 1 or box.y0 < inside.y0 - 1 or box.y1 > inside.y1 + 1:
+            problems.append(f"outside the figure: {text.get_text()!r}")  # type: ignore[attr-defined]
+    renderer = _renderer(fig)
+    for legend in fig.legends:  # type: ignore[attr-defined]
+        box = legend.get_window_extent(renderer)
+        if box.x0 < inside.x0 or box.x1 > inside.x1 or box.y0 < inside.y0 or box.y1 > inside.y1:
+            problems.append(f"legend outside the figure: {box}")
+    ax = fig.axes[0]  # type: ignore[attr-defined]
+    for group in (list(ax.texts), list(ax.get_xticklabels()), list(ax.get_yticklabels())):
+        group = [t for t in group if t.get_visible() and t.get_text().strip()]
+        boxes = _boxes_of(fig, group)
+        for i, (a, box_a) in enumerate(zip(group, boxes)):
+            for b, box_b in zip(group[i + 1 :], boxes[i + 1 :]):
+                if box_a.overlaps(box_b):
+                    problems.append(f"overlap: {a.get_text()!r} / {b.get_text()!r}")
+    # the header (title, notes, legend) stays above the lanes
+    top = ax.get_window_extent(renderer).y1
+    for text in fig.texts:  # type: ignore[attr-defined]
+        if text.get_window_extent(renderer).y0 < top:
+            problems.append(f"header over the lanes: {text.get_text()!r}")
+    return problems
+
+
+def test_labels_never_overlap_and_everything_is_inside_the_figure(demo: tuple, cnn: tuple) -> None:
+    _, analysis, report = demo
+    figures = {
+        "demo": aliasing.plot_timeline(analysis, decisions=report),
+        "qkv": aliasing.plot_timeline(analysis, storages=["s6", "s7", "s10"]),
+        "around clone": aliasing.plot_timeline(analysis, around="clone", decisions=report),
+        "cnn": aliasing.plot_timeline(cnn[0], decisions=cnn[1]),
+    }
+    for name, fig in figures.items():
+        assert _layout_problems(fig) == [], name
+        ax = fig.axes[0]
+        # value labels are left out when there is no room, never drawn over each other
+        assert sum((t.get_gid() or "").startswith("label-") for t in ax.texts) >= 1, name
+    # every clone annotation is drawn
+    assert {t.get_gid() for t in figures["demo"].axes[0].texts if (t.get_gid() or "").startswith("clone-")} == {
+        f"clone-{c}" for c in ("clone", "clone_1", "clone_2", "clone_3", "clone_4")
+    }
+
+
+def test_the_legend_fits_narrow_and_wide_figures(demo: tuple, big: tuple) -> None:
+    _, analysis, report = demo
+    narrow = aliasing.plot_timeline(analysis, storages=["s9", "s16"], window=(8, 30), decisions=report)
+    assert narrow.get_size_inches()[0] < 9.5
+    entries = [t.get_text() for t in narrow.legends[0].get_texts()]
+    assert {"read", "clone removed", "clone kept", "evidence of a keep"} <= set(entries)
+    assert _layout_problems(narrow) == []
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x.clone()
+        y.add_(1)
+        z = (x * 2).clone()
+        torch.ops.aten.alias(z).resize_(0)  # metadata changed: the alias may be anywhere
+        return y, z + 1
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(4))
+    every_entry = aliasing.plot_timeline(aliasing.analyze(gm), decisions=eliminate_clones(copy_program(gm)))
+    assert every_entry.get_size_inches()[0] < 9.5 and len(every_entry.legends[0].get_texts()) == 7
+    assert _layout_problems(every_entry) == []
+    _, big_analysis, big_report = big
+    wide = aliasing.plot_timeline(big_analysis, decisions=big_report)
+    assert wide.get_size_inches()[0] > 20
+    assert _layout_problems(wide) == []
+
+
+def test_axis_labels_say_position_and_node(demo: tuple) -> None:
+    gm, analysis, _ = demo
+    names = [n.name for n in gm.graph.nodes]
+    fig = aliasing.plot_timeline(analysis, window=(30, 33))
+    ax = fig.axes[0]
+    for tick, label in zip(ax.get_xticks(), ax.get_xticklabels()):
+        position, name = re.fullmatch(r"#(\d+) (\S+)", label.get_text()).groups()  # type: ignore[union-attr]
+        assert int(position) == tick and names[int(tick)] == name
+    assert "#position node" in ax.get_xlabel() and "byte offset" in ax.get_xlabel()
+    assert ax.get_yticklabels()[0].get_text() == "s0  user input\n128 B · from x_1"
 
 
 # --- legibility on a 1,000-node exported program --------------------------------------------

@@ -42,7 +42,7 @@ import re
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import hypothesis.strategies as st
 import torch
@@ -153,8 +153,9 @@ class Program:
     Attributes
     ----------
     graph_module : torch.fx.GraphModule
-        The program traced by ``make_fx(fn, tracing_mode="fake")``: every
-        tensor node's ``meta['val']`` is a fake tensor. Passes should rewrite a
+        The program traced by ``make_fx(fn, tracing_mode=tracing_mode)``: every
+        tensor node's ``meta['val']`` is a fake tensor (with symbolic sizes in
+        ``"symbolic"`` mode). Passes should rewrite a
         copy (:func:`check_pass` makes one).
     donated_inputs : tuple[int, ...]
         Placeholder positions of inputs the caller gives up.
@@ -166,6 +167,8 @@ class Program:
         The ``def program(...)`` text.
     inputs_source : str
         The ``def make_inputs()`` text.
+    tracing_mode : str
+        ``"fake"`` or ``"symbolic"``: how :attr:`graph_module` was traced.
     """
 
     __slots__ = (
@@ -177,6 +180,7 @@ class Program:
         "inputs_source",
         "num_ops",
         "seed",
+        "tracing_mode",
         "uses_custom_ops",
     )
 
@@ -187,6 +191,7 @@ class Program:
     function_source: str
     inputs_source: str
     uses_custom_ops: bool
+    tracing_mode: str
 
     def __init__(
         self,
@@ -197,6 +202,7 @@ class Program:
         seed: int,
         num_ops: int,
         uses_custom_ops: bool,
+        tracing_mode: str = "fake",
     ) -> None:
         namespace: dict[str, Any] = {"torch": torch}
         exec(compile(function_source + "\n" + inputs_source, "<fxa_fuzz program>", "exec"), namespace)
@@ -208,7 +214,8 @@ class Program:
         self.seed = seed
         self.num_ops = num_ops
         self.uses_custom_ops = uses_custom_ops
-        self.graph_module = _trace(self._fn, self._make_inputs, function_source, inputs_source)
+        self.tracing_mode = tracing_mode
+        self.graph_module = _trace(self._fn, self._make_inputs, function_source, inputs_source, tracing_mode)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if hasattr(self, name):
@@ -250,7 +257,7 @@ class Program:
         parts.append(self.function_source)
         parts.append(self.inputs_source)
         parts.append(f"DONATED_INPUTS = {self.donated_inputs!r}  # placeholder positions the caller gives up\n")
-        parts.append('gm = make_fx(program, tracing_mode="fake")(*make_inputs())\n')
+        parts.append(f"gm = make_fx(program, tracing_mode={self.tracing_mode!r})(*make_inputs())\n")
         parts.append("outputs = program(*make_inputs())\n")
         return "\n".join(parts)
 
@@ -259,25 +266,30 @@ class Program:
         return f"Program(seed={self.seed}, donated_inputs={self.donated_inputs}, num_ops={self.num_ops}):\n{body}"
 
 
-_TRACES: collections.OrderedDict[tuple[str, str], tuple[torch.fx.GraphModule, str]] = collections.OrderedDict()
+_TRACES: collections.OrderedDict[tuple[str, str, str], tuple[torch.fx.GraphModule, str]] = collections.OrderedDict()
 _TRACE_CACHE_SIZE = 512
 
 
 def _trace(
-    fn: Callable[..., Any], make_inputs: Callable[[], list[torch.Tensor]], function_source: str, inputs_source: str
+    fn: Callable[..., Any],
+    make_inputs: Callable[[], list[torch.Tensor]],
+    function_source: str,
+    inputs_source: str,
+    tracing_mode: str = "fake",
 ) -> torch.fx.GraphModule:
-    """``make_fx(fn, tracing_mode="fake")`` on fresh inputs, cached by source.
+    """``make_fx(fn, tracing_mode=tracing_mode)`` on fresh inputs, cached by source and mode.
 
     Hypothesis draws the same program many times while shrinking; a trace does
     not depend on input values, so the key leaves the seed out. A cached module
     is reused only while its graph is unchanged (a caller may have rewritten it).
     """
-    key = (function_source, re.sub(r"manual_seed\(\d+\)", "manual_seed(SEED)", inputs_source))
+    key = (function_source, re.sub(r"manual_seed\(\d+\)", "manual_seed(SEED)", inputs_source), tracing_mode)
     hit = _TRACES.get(key)
     if hit is not None and str(hit[0].graph) == hit[1]:
         _TRACES.move_to_end(key)
         return hit[0]
-    gm = make_fx(fn, tracing_mode="fake")(*make_inputs())
+    mode: Literal["fake", "symbolic"] = "symbolic" if tracing_mode == "symbolic" else "fake"
+    gm = make_fx(fn, tracing_mode=mode)(*make_inputs())
     _TRACES[key] = (gm, str(gm.graph))
     if len(_TRACES) > _TRACE_CACHE_SIZE:
         _TRACES.popitem(last=False)
@@ -1246,6 +1258,7 @@ def _programs(
     allow_custom_ops: bool,
     allow_donation: bool,
     allow_hidden_effects: bool,
+    tracing_mode: str = "fake",
 ) -> Program:
     seed = draw(st.integers(0, 2**31 - 1))
     specs, donated = _draw_inputs(draw, max_inputs=max_inputs, max_size=max_size, allow_donation=allow_donation)
@@ -1279,10 +1292,12 @@ def _programs(
             break
         attempts += 1
         draw(_statement(builder))
-    return _finish(builder, builder.outputs(draw, max_outputs), donated=donated, seed=seed)
+    return _finish(builder, builder.outputs(draw, max_outputs), donated=donated, seed=seed, tracing_mode=tracing_mode)
 
 
-def _finish(builder: _Builder, outputs: Sequence[str], *, donated: tuple[int, ...], seed: int) -> Program:
+def _finish(
+    builder: _Builder, outputs: Sequence[str], *, donated: tuple[int, ...], seed: int, tracing_mode: str = "fake"
+) -> Program:
     """The program of ``builder``'s statements, returning ``outputs``."""
     params = ", ".join(builder.input_names)
     body = [f"    {line}" for line in builder.lines]
@@ -1295,6 +1310,7 @@ def _finish(builder: _Builder, outputs: Sequence[str], *, donated: tuple[int, ..
         seed=seed,
         num_ops=len(builder.lines),
         uses_custom_ops=builder.uses_custom_ops,
+        tracing_mode=tracing_mode,
     )
 
 
@@ -1323,6 +1339,7 @@ def programs(
     allow_custom_ops: bool = True,
     allow_donation: bool = True,
     allow_hidden_effects: bool = True,
+    tracing_mode: str = "fake",
 ) -> st.SearchStrategy[Program]:
     """A Hypothesis strategy of random straight-line programs full of views, writes and clones.
 
@@ -1352,6 +1369,9 @@ def programs(
         (:data:`aliasing.hidden_effects.HIDDEN_EFFECTS`): ``batch_norm`` and
         ``instance_norm`` with running statistics, in train mode (they update
         the statistics in place) and eval mode, and ``_unsafe_view``.
+    tracing_mode : str
+        ``"fake"`` (the default) or ``"symbolic"`` (sizes become SymInts, as
+        in a dynamic-shape compile): how each program's graph is traced.
 
     Returns
     -------
@@ -1386,6 +1406,8 @@ def programs(
     _check_bool("allow_custom_ops", allow_custom_ops)
     _check_bool("allow_donation", allow_donation)
     _check_bool("allow_hidden_effects", allow_hidden_effects)
+    if tracing_mode not in ("fake", "symbolic"):
+        raise InvalidArgument(f"tracing_mode={tracing_mode!r} must be 'fake' or 'symbolic'")
     return _programs(
         min_ops=min_ops,
         max_ops=max_ops,
@@ -1396,6 +1418,7 @@ def programs(
         allow_custom_ops=allow_custom_ops,
         allow_donation=allow_donation,
         allow_hidden_effects=allow_hidden_effects,
+        tracing_mode=tracing_mode,
     )
 
 

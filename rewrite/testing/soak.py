@@ -73,6 +73,7 @@ class Figures:
 
     minutes: float = 0.0
     seed: int = 0
+    tracing_mode: str = "fake"
     rounds: int = 0
     programs_run: int = 0
     statements: int = 0
@@ -192,7 +193,13 @@ def _write_repro(out: str, program: Program, failure: SoakFailure, index: int) -
 
 
 def run_campaign(
-    minutes: float, *, seed: int = 0, out: str = "repros", max_ops: int = 10, echo: bool = True
+    minutes: float,
+    *,
+    seed: int = 0,
+    out: str = "repros",
+    max_ops: int = 10,
+    echo: bool = True,
+    tracing_mode: str = "fake",
 ) -> Figures:
     """Draw and check programs for ``minutes``; return the figures (see the module docstring).
 
@@ -202,7 +209,7 @@ def run_campaign(
     >>> figures.programs_run > 0
     True
     """
-    figures = Figures(seed=seed)
+    figures = Figures(seed=seed, tracing_mode=tracing_mode)
     start = time.monotonic()
     deadline = start + minutes * 60
     round_seed = seed
@@ -220,7 +227,7 @@ def run_campaign(
             phases=[Phase.generate, Phase.shrink],
             report_multiple_bugs=False,
         )
-        @given(programs(max_ops=max_ops))
+        @given(programs(max_ops=max_ops, tracing_mode=tracing_mode))
         def one_round(program: Program) -> None:
             counts["programs"] += 1
             counts["statements"] += program.num_ops
@@ -264,6 +271,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default="repros", help="directory for repro files (default ./repros)")
     parser.add_argument("--max-ops", type=int, default=10, help="statements per program at most (default 10)")
     parser.add_argument(
+        "--tracing-mode",
+        choices=("fake", "symbolic"),
+        default="fake",
+        help="trace the drawn programs with fake or symbolic sizes (default fake)",
+    )
+    parser.add_argument(
         "--precision",
         action="store_true",
         help="measure eliminate_clones against the greedy dynamic oracle instead "
@@ -281,7 +294,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--minutes must be positive")
     if args.precision:
         return _precision_campaign(args.minutes, args.seed, args.max_ops, args.min_programs)
-    figures = run_campaign(args.minutes, seed=args.seed, out=args.out, max_ops=args.max_ops)
+    figures = run_campaign(
+        args.minutes, seed=args.seed, out=args.out, max_ops=args.max_ops, tracing_mode=args.tracing_mode
+    )
     print(figures.summary())
     data: dict[str, Any] = asdict(figures)
     print(json.dumps(data, sort_keys=True))
