@@ -45,9 +45,11 @@ from aliasing.analysis import (
     DEFAULT_EFFECTS,
     Access,
     AliasAnalysis,
+    MissingMetadataWarning,
     NoAtenOpsWarning,
     StorageInfo,
     analyze,
+    warnings_once,
     with_control_flow,
 )
 from aliasing.effects import Effect, EffectTable
@@ -66,6 +68,7 @@ __all__ = [
     "Effect",
     "EffectTable",
     "InvalidTargetError",
+    "MissingMetadataWarning",
     "NoAtenOpsWarning",
     "NodeError",
     "Region",
@@ -84,5 +87,6 @@ __all__ = [
     "storage_timeline",
     "timeline_svg",
     "to_dot",
+    "warnings_once",
     "with_control_flow",
 ]

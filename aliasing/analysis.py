@@ -23,6 +23,7 @@ as a ``networkx.MultiDiGraph`` (schema in :mod:`aliasing.storage_graph`).
 
 from __future__ import annotations
 
+import contextvars
 import gc
 import operator
 import warnings
@@ -40,8 +41,8 @@ from aliasing.effects import (
     SINGLE,
     Effect,
     EffectTable,
-    indexing_effect,
     always_aliases_first,
+    indexing_effect,
     metadata_written,
     mutates_metadata,
     recomputed_copy,
@@ -61,11 +62,13 @@ __all__ = [
     "UNKNOWN_STORAGE",
     "Access",
     "AliasAnalysis",
+    "MissingMetadataWarning",
     "NoAtenOpsWarning",
     "NodeRef",
     "StorageInfo",
     "analyze",
     "paused_gc",
+    "warnings_once",
     "with_control_flow",
 ]
 
@@ -735,18 +738,77 @@ def analyze(
     with paused_gc():
         builder.run()
     if builder.torch_level_only:
-        warnings.warn(
+        _warn_once(
             "the graph has no ATen-level ops (a torch.fx.symbolic_trace graph?): torch-level calls are "
             "resolved to ATen schemas by name where that is unambiguous and treated as unknown otherwise; "
             "trace with torch.fx.experimental.proxy_tensor.make_fx or torch.export for exact answers",
             NoAtenOpsWarning,
-            stacklevel=2,
         )
+    else:
+        missing, total = _values_without_metadata(resolved.graph)
+        if missing:
+            shown = ", ".join(n.name for n in missing[:3]) + (", ..." if len(missing) > 3 else "")
+            _warn_once(
+                f"{len(missing)} of {total} tensor-valued nodes have no meta['val'] ({shown}): the graph's "
+                "metadata was stripped or never recorded, so their storages are unknown (may alias anything) "
+                "and the clones they touch are kept; re-trace with make_fx or torch.export, or run "
+                "torch.fx.passes.fake_tensor_prop.FakeTensorProp(gm).propagate(*inputs) first",
+                MissingMetadataWarning,
+            )
     return AliasAnalysis(resolved, builder)
+
+
+def _values_without_metadata(graph: torch.fx.Graph) -> tuple[list[torch.fx.Node], int]:
+    """Placeholders and ATen calls that return a tensor, without ``meta['val']``; and how many there are."""
+    missing: list[torch.fx.Node] = []
+    total = 0
+    for n in graph.nodes:
+        if n.op == "placeholder":
+            pass
+        elif n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
+            if not any("Tensor" in str(r.type) for r in n.target._schema.returns):
+                continue  # returns nothing (a custom op that only writes, an assert): no value to describe
+        else:
+            continue
+        total += 1
+        if "val" not in n.meta:
+            missing.append(n)
+    return missing, total
+
+
+#: Warning categories already issued inside the current :func:`warnings_once` block (None outside one).
+_WARNED: contextvars.ContextVar[set[type[Warning]] | None] = contextvars.ContextVar("fx_aliasing_warned", default=None)
+
+
+@contextmanager
+def warnings_once() -> Iterator[None]:
+    """Inside the block, each of the analysis's warnings is issued at most once, however many
+    analyses run (``rewrite.explain.explain`` analyses the program and then its copy)."""
+    if _WARNED.get() is not None:
+        yield
+        return
+    token = _WARNED.set(set())
+    try:
+        yield
+    finally:
+        _WARNED.reset(token)
+
+
+def _warn_once(message: str, category: type[Warning]) -> None:
+    seen = _WARNED.get()
+    if seen is not None:
+        if category in seen:
+            return
+        seen.add(category)
+    warnings.warn(message, category, stacklevel=3)
 
 
 class NoAtenOpsWarning(UserWarning):
     """The analysed graph calls torch-level functions and methods only, no ATen ops."""
+
+
+class MissingMetadataWarning(UserWarning):
+    """Some placeholders or ATen calls of the analysed graph have no ``meta['val']``."""
 
 
 def with_control_flow(table: EffectTable) -> EffectTable:

@@ -206,6 +206,7 @@ class _SchemaEffect:
     may_write: bool  # some argument may be written (declared or hidden)
     mutates_metadata: bool  # changes its first argument's storage or layout (set_, resize_, t_...)
     out_params: tuple[int, ...]  # keyword-only written arguments (``out=``): they may be resized
+    write_only: tuple[int, ...]  # written, old value never read: copy_'s self, out= of out variants
     unclassified: bool  # an ATen overload that aliasing.registry cannot classify: every call is unknown
 
 
@@ -262,8 +263,25 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
         may_write=any(arg_writes) or any(hidden_writes),
         mutates_metadata=registry.kind == "metadata-mutating",
         out_params=tuple(i for i in range(len(names)) if arg_writes[i] and kwarg_only[i]),
+        write_only=_write_only(schema.name, names, arg_writes, kwarg_only, registry.kind),
         unclassified=registry.kind == "unclassified" and schema.name.startswith("aten::"),
     )
+
+
+#: Ops that overwrite their first argument without reading its old value.
+_OVERWRITE_SELF = frozenset({"aten::copy_"})
+
+
+def _write_only(
+    name: str, names: Sequence[str], arg_writes: Sequence[bool], kwarg_only: Sequence[bool], kind: str
+) -> tuple[int, ...]:
+    """Arguments whose old value the op never reads (it only writes them): ``copy_``'s ``self``,
+    and the ``out=`` arguments of out variants (every written argument keyword-only)."""
+    if name in _OVERWRITE_SELF and names and arg_writes[0]:
+        return (0,)
+    if kind == "schema-out":
+        return tuple(i for i in range(len(names)) if arg_writes[i] and kwarg_only[i])
+    return ()
 
 
 def _flat(value: Any) -> list[torch.fx.Node]:
@@ -476,6 +494,11 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
     if pure_view:
         aliased = {n for srcs in outputs.values() for n in srcs}
         reads = tuple(n for n in all_tensors if n not in aliased or n in read_aliased)
+    elif se.write_only:
+        # copy_'s destination and out= arguments are written, not read (unless also passed as an input)
+        overwritten = {n for i in se.write_only for n in passed.get(i, ())}
+        inputs = {n for i, nodes in passed.items() if i not in se.write_only for n in nodes}
+        reads = tuple(n for n in all_tensors if n not in overwritten or n in inputs)
     else:
         reads = all_tensors
     return Effect(

@@ -49,12 +49,14 @@ results alone.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import faulthandler
 import json
 import logging
 import os
 import pickle
+import select
 import signal
 import sys
 import textwrap
@@ -852,12 +854,21 @@ def _audit_op(
 _T = TypeVar("_T")
 
 
-def _isolated(work: Callable[[], _T]) -> _T | str:
+#: Seconds a forked child may take for one op before it is killed (a child can also deadlock on a
+#: lock another thread of the parent held at fork time; it must never hang the audit).
+OP_TIMEOUT = 600.0
+
+
+def _isolated(work: Callable[[], _T], timeout: float | None = None) -> _T | str:
     """``work()`` in a forked child (its result pickled back), or how the child died.
 
     Some kernels crash the interpreter on unusual layouts (``_segment_reduce``
-    on zero-size offsets segfaults); a child's crash costs only its op.
+    on zero-size offsets segfaults); a child's crash costs only its op. The
+    child runs with one intra-op thread (OpenMP is not fork-safe once the
+    parent has used it), and a child still running after ``timeout`` seconds
+    is killed and reported as timed out.
     """
+    timeout = OP_TIMEOUT if timeout is None else timeout
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child
@@ -865,6 +876,7 @@ def _isolated(work: Callable[[], _T]) -> _T | str:
         faulthandler.disable()  # a crash is reported by the parent, as the signal that ended the child
         code = 0
         try:
+            torch.set_num_threads(1)
             payload = pickle.dumps(work())
         except BaseException as err:
             payload = pickle.dumps(f"child raised {type(err).__name__}: {err}")
@@ -875,13 +887,32 @@ def _isolated(work: Callable[[], _T]) -> _T | str:
         finally:
             os._exit(code)
     os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        data = pipe.read()
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    timed_out = False
+    with os.fdopen(read, "rb", buffering=0) as pipe:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select([pipe], [], [], min(left, 5.0))
+            if not ready:
+                continue
+            chunk = pipe.read(1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    if timed_out:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return f"timed out after {timeout:.0f} s"
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         return f"{signal.Signals(os.WTERMSIG(status)).name}"
     try:
-        result: _T | str = pickle.loads(data)
+        result: _T | str = pickle.loads(b"".join(chunks))
     except Exception as err:
         return f"no result ({type(err).__name__})"
     return result

@@ -544,7 +544,9 @@ def to_dot(
         Draw the values living in these storages and the ops that read or write them.
     around : node, name or iterable of them, optional
         Draw these nodes and their neighbours up to ``depth`` edges away
-        (reads, writes, views, definitions).
+        (reads, writes, views, definitions), and, with ``decisions``, the
+        original and the evidence of each clone drawn (the nodes that explain
+        a keep, however far away).
     depth : int
         How far ``around`` reaches (default 1).
     window : (int, int), optional
@@ -596,8 +598,14 @@ def to_dot(
         window = (start, start + max_nodes - 1)
         hint = f"positions {window[0]}-{window[1]}: pass nodes=, storages=, around= or window= to choose"
     chosen = _select(g, items, nodes, storages, around, depth, window)
-    shown = set(items) if chosen is None else chosen
     by_clone = {d.node: d for d in decisions_of(decisions)}
+    if chosen is not None and around is not None:
+        # A clone drawn around something comes with what its decision names: the evidence of a
+        # keep (the write, the later read) may be further than ``depth`` edges away.
+        for clone in [c for c in by_clone if c in chosen]:
+            decision = by_clone[clone]
+            chosen |= {str(e) for e in (*decision.evidence, decision.original) if str(e) in items}
+    shown = set(items) if chosen is None else chosen
     storage_attrs = {str(a["id"]): a for _, a in g.nodes(data=True) if a.get("kind") == "storage"}
     ordered = sorted((items[n] for n in shown), key=lambda i: i.position)
 

@@ -56,7 +56,7 @@ from typing import TextIO
 import torch
 import torch.fx
 
-from aliasing import AliasingError, analyze, graphviz_available, save_timeline
+from aliasing import AliasingError, RenderingError, analyze, graphviz_available, render_dot, save_timeline
 from rewrite import eliminate_clones
 from rewrite.errors import NotEquivalent
 from rewrite.examples import DEMO_DONATED_INPUTS, TracingMode, demo_block, trace_demo
@@ -228,6 +228,34 @@ def _donated(text: str | None) -> tuple[int | str, ...]:
     return tuple(items)
 
 
+#: ``--dot`` file suffixes that Graphviz renders (any other suffix gets the DOT text).
+_RENDERED = {".svg": "svg", ".png": "png"}
+_IMAGES = (".pdf", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".eps", ".ps")
+
+
+def _dot_target(path: Path, what: str = "--dot") -> Path:
+    """Refuse a ``--dot`` file that would get DOT text under an image's name, before any work."""
+    suffix = path.suffix.lower()
+    if suffix in _RENDERED and not graphviz_available():
+        raise UsageError(
+            f"{what} {path}: rendering {suffix[1:].upper()} needs Graphviz's dot program "
+            "(apt-get install graphviz), or name a .dot file to get the DOT text"
+        )
+    if suffix in _IMAGES:
+        raise UsageError(f"{what} {path}: writes DOT text (.dot, .gv) or renders .svg and .png; not {suffix}")
+    return path
+
+
+def _write_dot(path: Path, source: str) -> str:
+    """Write the storage graph: rendered by Graphviz for .svg/.png, DOT text otherwise; what was written."""
+    fmt = _RENDERED.get(path.suffix.lower())
+    if fmt is None:
+        path.write_text(source)
+        return "Graphviz DOT"
+    path.write_bytes(render_dot(source, "svg" if fmt == "svg" else "png"))
+    return f"{fmt.upper()}, rendered by Graphviz's dot"
+
+
 def _needs_matplotlib(option: str) -> None:
     if importlib.util.find_spec("matplotlib") is None:
         raise UsageError(f"{option} draws the storage timeline with matplotlib: pip install 'fx-aliasing[notebooks]'")
@@ -282,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     program_options(ex)
     ex.add_argument("--html", metavar="FILE", type=Path, help="write a self-contained HTML report to FILE")
     ex.add_argument("--timeline", metavar="FILE", type=Path, help="write the storage timeline to FILE (.svg or .png)")
-    ex.add_argument("--dot", metavar="FILE", type=Path, help="write the storage graph as Graphviz DOT to FILE")
+    ex.add_argument("--dot", metavar="FILE", type=Path, help="write the storage graph to FILE: DOT text, or rendered by Graphviz for .svg and .png")
     ex.add_argument(
         "--summary",
         action="store_true",
@@ -311,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
         "sets and per-storage reads and writes, then remove the clones that are not needed "
         "and check the result on random inputs.",
     )
-    demo.add_argument("--dot", metavar="FILE", type=Path, help="write the storage graph as Graphviz DOT to FILE")
+    demo.add_argument("--dot", metavar="FILE", type=Path, help="write the storage graph to FILE: DOT text, or rendered by Graphviz for .svg and .png")
     demo.add_argument("--html", metavar="FILE", type=Path, help="write the HTML report of the block to FILE")
     demo.add_argument("--no-rewrite", action="store_true", help="only analyse; skip clone elimination")
     demo.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
@@ -419,10 +447,10 @@ def run_demo(
         explanation = explain(gm, donated_inputs=DEMO_DONATED_INPUTS, name="the demo block")
         if dot is not None:
             try:
-                dot.write_text(explanation.dot())
-            except OSError as exc:
+                written = _write_dot(dot, explanation.dot())
+            except (OSError, RenderingError) as exc:
                 raise DemoFailed(f"cannot write {dot}: {exc}") from exc
-            print(f"\nwrote the storage graph to {dot} (Graphviz DOT)", file=stream)
+            print(f"\nwrote the storage graph to {dot} ({written})", file=stream)
         if html is not None:
             try:
                 explanation.write_html(html)
@@ -454,7 +482,7 @@ def _run_explain(args: argparse.Namespace, progress: ProgressReporter, out: Text
         _output_file(args.timeline, "--timeline", [program_path], (".svg", ".png"))
         _needs_matplotlib("--timeline")
     if args.dot is not None:
-        _output_file(args.dot, "--dot", [program_path])
+        _dot_target(_output_file(args.dot, "--dot", [program_path]))
     written = [p for p in (args.html, args.timeline, args.dot) if p is not None]
     if len({p.resolve() for p in written}) < len(written):
         raise UsageError("--html, --timeline and --dot must name different files")
@@ -463,8 +491,11 @@ def _run_explain(args: argparse.Namespace, progress: ProgressReporter, out: Text
     explanation = explain(program, donated_inputs=donated, name=program_path.name, phase=progress)
     print(explanation.text(summary=args.summary), file=out)
     if args.dot is not None:
-        _write_text(args.dot, explanation.dot())
-        print(f"\nwrote the storage graph to {args.dot} (Graphviz DOT)", file=out)
+        try:
+            kind = _write_dot(args.dot, explanation.dot())
+        except (OSError, RenderingError) as exc:
+            raise ProgramFileError(f"cannot write {args.dot}: {exc}") from exc
+        print(f"\nwrote the storage graph to {args.dot} ({kind})", file=out)
     if args.timeline is not None:
         with progress("drawing the storage timeline"):
             save_timeline(explanation.timeline(), args.timeline)
@@ -478,13 +509,6 @@ def _run_explain(args: argparse.Namespace, progress: ProgressReporter, out: Text
         with progress("writing the HTML report"):
             explanation.write_html(args.html)
         print(f"wrote the HTML report to {args.html} (open it in a browser)", file=out)
-
-
-def _write_text(path: Path, text: str) -> None:
-    try:
-        path.write_text(text)
-    except OSError as exc:
-        raise ProgramFileError(f"cannot write {path}: {exc}") from exc
 
 
 def _run_rewrite(args: argparse.Namespace, progress: ProgressReporter, out: TextIO) -> None:
@@ -549,6 +573,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = str(args.command)
     try:
         if command == "demo":
+            if args.dot is not None:
+                _dot_target(args.dot)
             if args.html is not None:
                 _output_file(args.html, "--html", [], (".html", ".htm"))
                 _needs_matplotlib("--html")

@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any, Union
 import torch
 import torch.fx
 
-from aliasing import AliasAnalysis, analyze, plot_timeline, to_dot
+from aliasing import AliasAnalysis, analyze, plot_timeline, to_dot, warnings_once
 from aliasing.errors import AliasingError
 from aliasing.roles import CALLER_VISIBLE
 from rewrite.decisions import CloneEliminationReport
@@ -534,11 +534,12 @@ def explain(
     if not isinstance(program, (torch.fx.GraphModule, torch.export.ExportedProgram)):
         raise InvalidTargetError(f"expected a GraphModule or an ExportedProgram, got {type(program).__name__}")
     donated = resolve_donated(program, donated_inputs)
-    with phase("analysing"):
-        analysis = analyze(program, donated_inputs=donated)
-    with phase("eliminating clones"):
-        rewritten = copy_program(program)
-        report = eliminate_clones(rewritten, donated_inputs=donated)
+    with warnings_once():  # the copy's analysis would repeat the original's warnings
+        with phase("analysing"):
+            analysis = analyze(program, donated_inputs=donated)
+        with phase("eliminating clones"):
+            rewritten = copy_program(program)
+            report = eliminate_clones(rewritten, donated_inputs=donated)
     return Explanation(program, analysis, report, rewritten, donated, name)
 
 
@@ -658,7 +659,7 @@ def _load_failure(path: Path, exc: BaseException, records: Sequence[logging.LogR
                 f"{path} uses the custom op {op}, which no imported module registers: pass --import MODULE "
                 f"(imports= from Python), the module that defines the {namespace!r} ops"
             )
-    damaged = next((e for e in causes if isinstance(e, _DAMAGED)), None)
+    damaged: BaseException | None = next((e for e in causes if isinstance(e, _DAMAGED)), None)
     if damaged is None:
         damaged = next((e for e in causes if "PytorchStreamReader" in str(e) or "hasRecord" in str(e)), None)
     if damaged is not None:

@@ -56,18 +56,48 @@ Example
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import torch.fx
-from vllm.compilation.passes.inductor_pass import InductorPass, get_pass_context
-from vllm.compilation.passes.vllm_inductor_pass import VllmInductorPass
-from vllm.config import VllmConfig
-from vllm.logger import init_logger
 
 from rewrite.inductor import library_source_hash
 from rewrite.lowering import PipelineReport, lower_and_eliminate
+
+
+@contextlib.contextmanager
+def _without_torch_deprecation_notes() -> Iterator[None]:
+    """Drop the deprecation warnings torch logs while vLLM's modules import.
+
+    vLLM 0.33.0 uses ``torch._opaque_base`` and ``register_opaque_type(typ="value")``
+    when ``vllm.config`` is first imported; torch 2.14 logs three "is deprecated"
+    warnings for them, addressed to vLLM's developers. Importing this module is
+    what first imports ``vllm.config`` in a user's process, so those lines
+    appeared on every ``import rewrite.vllm``. Only torch's "deprecated" records
+    of this one import are dropped; vLLM's loggers and every other record pass.
+    """
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not (record.name.startswith("torch") and "deprecated" in record.getMessage())
+
+    loggers = [logging.getLogger(n) for n in ("torch._opaque_base", "torch._library.opaque_object")]
+    handlers = list(logging.getLogger("torch").handlers)
+    for target in (*loggers, *handlers):
+        target.addFilter(keep)
+    try:
+        yield
+    finally:
+        for target in (*loggers, *handlers):
+            target.removeFilter(keep)
+
+
+with _without_torch_deprecation_notes():
+    from vllm.compilation.passes.inductor_pass import InductorPass, get_pass_context
+    from vllm.compilation.passes.vllm_inductor_pass import VllmInductorPass
+    from vllm.config import VllmConfig
+    from vllm.logger import init_logger
 
 __all__ = ["ENABLE_VARIABLE", "CloneEliminationPass", "donated_positions", "install", "plugin", "uninstall"]
 

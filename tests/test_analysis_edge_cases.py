@@ -92,3 +92,24 @@ def test_indexing_and_opaque_getitem_without_metadata_are_unknown() -> None:
             if with_meta:
                 FakeTensorProp(gm, FakeTensorMode()).propagate(torch.randn(4, 3))
             check_analysis(aliasing.analyze(gm), gm, [torch.randn(4, 3)])
+
+
+def test_copy_and_out_destinations_are_written_not_read() -> None:
+    # On real execution copy_ and out= variants never read their destination's old value
+    # (README, "The memory model"); a destination also passed as an input is read as one.
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        z = x * 2
+        z.copy_(y)
+        torch.add(x, 1, out=z)
+        torch.add(z, 1, out=z)  # z is also the input here
+        return z
+
+    gm = make_fx(fn, tracing_mode="fake")(torch.randn(3), torch.randn(3))
+    analysis = aliasing.analyze(gm)
+    (sid,) = analysis.storage_of("mul")
+    listed = [(a.kind, a.node.name) for a in analysis.storage_accesses(sid)]
+    assert ("write", "copy_") in listed and ("read", "copy_") not in listed
+    assert ("write", "add") in listed and ("read", "add") not in listed
+    assert ("read", "add_1") in listed and ("write", "add_1") in listed
+    assert [n.name for n in analysis.readers("y_1")] == ["copy_"]
+    check_analysis(analysis, gm, [torch.randn(3), torch.randn(3)])

@@ -436,3 +436,42 @@ def test_view_or_copy_downstream_of_a_lying_fake_kernel_keeps_the_alias() -> Non
     contiguous = by_target(gm.graph, torch.ops.aten.contiguous.default)
     assert analysis.may_alias(contiguous, roll)
     check_analysis(analysis, gm, [x.clone(memory_format=torch.channels_last)])
+
+
+def test_loaded_program_with_recomputed_metadata_is_trusted(tmp_path: Path) -> None:
+    # The README's recipe: FakeTensorProp gives a loaded program coherent fake storages again.
+    from torch._guards import detect_fake_mode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    fn = _view_or_copy_program(_VIEW_OR_COPY_OPS["contiguous"])
+    x = _view_or_copy_input("transposed")
+    torch.export.save(_export(fn, x), tmp_path / "m.pt2")
+    loaded = torch.export.load(tmp_path / "m.pt2")
+    assert rewrite.eliminate_clones(copy_program(loaded)).kept == ("clone",)  # type: ignore[arg-type]
+    vals = [n.meta["val"] for n in loaded.graph.find_nodes(op="placeholder")]
+    FakeTensorProp(loaded.graph_module, detect_fake_mode(vals)).propagate_dont_convert_inputs(*vals)
+    original = copy_program(loaded)
+    assert rewrite.eliminate_clones(loaded).removed == ("clone",)
+    check_equivalent(original, loaded, [torch.empty_strided(x.shape, x.stride()).copy_(x)])
+
+
+def test_stripped_metadata_warns_once_with_the_count() -> None:
+    import warnings
+
+    from rewrite.examples import trace_demo
+    from rewrite.explain import explain
+
+    gm = make_fx(lambda x: (x * 2).clone().add_(1), tracing_mode="fake")(torch.randn(3))
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            n.meta.pop("val", None)
+    with pytest.warns(aliasing.MissingMetadataWarning, match=r"3 of 4 tensor-valued nodes have no meta\['val'\]"):
+        aliasing.analyze(gm)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        explain(gm)  # analyses the program and its copy: one warning
+        explain(torch.fx.symbolic_trace(lambda x: x.clone() + 1))  # no ATen ops: one warning
+        aliasing.analyze(trace_demo())  # custom ops that return nothing have no meta['val']: no warning
+    kinds = [type(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    assert kinds.count(aliasing.MissingMetadataWarning) == 1
+    assert kinds.count(aliasing.NoAtenOpsWarning) == 1

@@ -592,3 +592,113 @@ def test_symbolic_programs_have_symbolic_sizes_and_stay_sound() -> None:
     assert p.tracing_mode == "symbolic"
     assert "tracing_mode='symbolic'" in p.source()
     check_pass(lambda gm: rewrite.eliminate_clones(gm, donated_inputs=p.donated_inputs, strict=True), p)
+
+
+# ------------------------------------------------------------- fuzzing in a user's own test suite
+
+
+def _drop_every_clone(gm: torch.fx.GraphModule) -> None:  # unsound on purpose
+    for node in list(gm.graph.nodes):
+        if node.target is torch.ops.aten.clone.default:
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
+    gm.recompile()
+
+
+def test_fuzz_settings_profile_shrinks_one_failure() -> None:
+    from rewrite.testing import FUZZ_SETTINGS
+
+    register_profiles()
+    assert settings.get_profile("fx-aliasing").report_multiple_bugs is False
+    assert FUZZ_SETTINGS.deadline is None and not FUZZ_SETTINGS.report_multiple_bugs
+
+    @settings(FUZZ_SETTINGS, max_examples=50, database=None, derandomize=True)
+    @given(programs(max_ops=4))
+    def drops_every_clone(program: Program) -> None:
+        check_pass(_drop_every_clone, program)
+
+    with pytest.raises(NotEquivalent):  # one failure, not an ExceptionGroup of every clause's
+        drops_every_clone()
+
+
+def test_fuzzer_keeps_torch_trace_logger_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    trace = logging.getLogger("torch.__trace")
+    handler = Keep()
+    trace.addHandler(handler)
+    try:
+        for var in ("TORCH_TRACE", "TORCH_DTRACE", "TORCH_COMPILE_DEBUG"):
+            monkeypatch.delenv(var, raising=False)
+        (program,) = sample_programs(1, seed=3, max_ops=4)
+        check_pass(lambda gm: rewrite.eliminate_clones(gm, donated_inputs=program.donated_inputs), program)
+        assert records == []
+        monkeypatch.setenv("TORCH_TRACE", "/nonexistent")  # a trace is wanted: nothing is silenced
+        make_fx(lambda x: x * 2, tracing_mode="fake")(torch.randn(2))  # a control: torch does log
+        logged = len(records)
+        from rewrite.testing.equivalence import quiet_torch_trace
+
+        with quiet_torch_trace():
+            make_fx(lambda x: x * 2, tracing_mode="fake")(torch.randn(2))
+        assert logged > 0 and len(records) == 2 * logged
+    finally:
+        trace.removeHandler(handler)
+
+
+def test_check_pass_takes_graph_passes() -> None:
+    (program,) = sample_programs(1, seed=5, max_ops=6)
+    donated = program.donated_inputs
+
+    def annotated(graph: torch.fx.Graph) -> None:
+        rewrite.eliminate_clones(graph, donated_inputs=donated)
+
+    seen: list[type] = []
+
+    def unannotated(graph):  # type: ignore[no-untyped-def]  # uses graph.nodes: only a Graph has it
+        seen.append(torch.fx.Graph if isinstance(graph, torch.fx.Graph) else torch.fx.GraphModule)
+        for _ in graph.nodes:
+            pass
+        rewrite.eliminate_clones(graph, donated_inputs=donated)
+
+    class InductorStyle:  # a torch._inductor CustomGraphPass: uuid() and __call__(graph)
+        def uuid(self) -> str:
+            return "x"
+
+        def __call__(self, graph: object) -> None:
+            assert isinstance(graph, torch.fx.Graph)
+            rewrite.eliminate_clones(graph, donated_inputs=donated)
+
+    for graph_pass in (annotated, unannotated, InductorStyle()):
+        rewritten = check_pass(graph_pass, program)
+        assert isinstance(rewritten, torch.fx.GraphModule)
+    assert seen == [torch.fx.GraphModule, torch.fx.Graph]  # tried as a GraphModule pass, then on a Graph
+
+    def drop_clones_of_graph(graph: torch.fx.Graph) -> None:  # unsound: caught as a wrong result
+        for node in list(graph.nodes):
+            if node.target is torch.ops.aten.clone.default:
+                node.replace_all_uses_with(node.args[0])
+                graph.erase_node(node)
+
+    bad = find(programs(max_ops=4), lambda p: _graph_pass_fails(drop_clones_of_graph, p))
+    with pytest.raises(NotEquivalent):
+        check_pass(drop_clones_of_graph, bad)
+
+    def broken(gm: torch.fx.GraphModule) -> None:  # a bug of the pass itself still surfaces
+        raise AttributeError("my pass is broken")
+
+    with pytest.raises(AttributeError, match="my pass is broken"):
+        check_pass(broken, program)
+
+
+def _graph_pass_fails(pass_fn: Callable[[torch.fx.Graph], None], program: Program) -> bool:
+    try:
+        check_pass(pass_fn, program)
+    except NotEquivalent:
+        return True
+    return False

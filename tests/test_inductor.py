@@ -400,7 +400,7 @@ def test_logging_and_structured_trace(caplog: pytest.LogCaptureFixture, monkeypa
     def capture(name: str, *, metadata_fn: Callable[[], dict[str, Any]], payload_fn: Callable[[], str], **_: Any) -> None:
         artifacts.append((metadata_fn(), payload_fn()))
 
-    import torch._inductor.compile_fx  # noqa: F401  # Inductor's modules bind the real trace_structured first
+    import torch._inductor.compile_fx  # Inductor's modules bind the real trace_structured first
 
     monkeypatch.setattr(torch._logging, "trace_structured", capture)
     gm = make_fx(lambda a: (a * 2).clone() + 1, tracing_mode="fake")(torch.randn(4))

@@ -6,8 +6,11 @@ Inductor, and with :func:`rewrite.inductor.compile_options` (the one-line
 install: the clone elimination with its guard as ``post_grad_custom_post_pass``
 and :class:`rewrite.inductor.JointGraphGuard` as ``joint_custom_pre_pass``).
 Each run is compared with eager on the outputs (values and strides), the
-inputs and module buffers afterwards (mutations), and which outputs share
-storage with which inputs or buffers.
+inputs and module buffers afterwards (mutations), which outputs share
+storage with which inputs or buffers and with each other, which outputs are
+one tensor object, and whether it raised. A program that breaks the graph
+(``fullgraph=False``) runs its caller's code between the compiled graphs, as
+eager code (H8's ``resize_``).
 
 - *Faithful repros* of public bug reports (the ``issue`` column) are in the
   default suite; stock Inductor must get them wrong (the bug is real on this
@@ -17,10 +20,14 @@ storage with which inputs or buffers.
   dims and ops, dynamic shapes): right when guarded, with the listed hazards;
   a variant that stock gets wrong and the guard does not guard fails. Some
   are right on stock by luck (``latent``): the hazard is there (Inductor does
-  not order the accesses) and the guard pays for it.
+  not order the accesses) and the guard pays for it. A program a release no
+  longer gets wrong although its class is still broken there (``fixed_on``:
+  torch 2.15 regenerates a no-op ``view`` of another output, not a
+  ``detach``) must be right on stock there, with no hazard and stock's copies.
 - *Controls* have none of the hazards: stock is right, the guard does nothing,
-  and the generated code has exactly stock's copies (counted by
-  :func:`benchmarks.inductor_copies.count_copies`).
+  and the generated code has no more than stock's copies (counted by
+  :func:`benchmarks.inductor_copies.count_copies`); some are programs where the
+  guard once paid a copy eager does not need.
 
 The long tail of variants is marked ``slow``. ``benchmarks/inductor_copies.py``
 imports :data:`PROGRAMS` and tabulates their copies.

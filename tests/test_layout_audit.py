@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -491,6 +492,16 @@ def test_planted_lying_kernel_is_caught() -> None:
     assert ev.eager == ev.inputs and ev.meta != ev.eager and ev.fake != ev.eager
     assert not any(d.overload.startswith(f"{_NAMESPACE}.honest_copy") for d in found.divergences)
     assert found.checked[(f"{_NAMESPACE}.honest_copy.default", "channels_last")] > 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the audit isolates ops in forked children only where os.fork exists")
+def test_a_child_that_never_returns_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forked child that hangs (a lock held by another thread at fork time) costs its op, never the audit."""
+    from aliasing import layout_audit
+
+    monkeypatch.setattr(layout_audit, "OP_TIMEOUT", 2.0)
+    assert layout_audit._isolated(lambda: time.sleep(60)) == "timed out after 2 s"
+    assert layout_audit._isolated(lambda: 41 + 1) == 42
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the audit isolates ops in forked children only where os.fork exists")

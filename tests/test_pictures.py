@@ -646,3 +646,19 @@ def test_a_1000_node_program_gives_legible_pictures(big: tuple, tmp_path: Path) 
         assert nx.is_directed_acyclic_graph(
             nx.DiGraph([(t_, h) for t_, h, a in _edges(dot) if "constraint=false" not in a])
         )
+
+
+def test_dot_around_a_kept_clone_draws_its_evidence() -> None:
+    # The demo's first clone is kept because rms_norm_ writes it and add_ reads the original
+    # later; add_ is further than one edge from the clone.
+    gm = trace_demo()
+    analysis = aliasing.analyze(gm, donated_inputs=DEMO_DONATED_INPUTS)
+    report = eliminate_clones(copy_program(gm), donated_inputs=DEMO_DONATED_INPUTS)
+    (decision,) = [d for d in report.decisions if d.node == "clone"]
+    assert decision.action == "keep" and "add_" in decision.evidence
+    without = aliasing.to_dot(analysis, around="clone", depth=1)
+    assert '"add_" [' not in without  # not a neighbour of the clone
+    source = aliasing.to_dot(analysis, around="clone", depth=1, decisions=report)
+    for name in (*decision.evidence, decision.original):
+        assert f'"{name}" [' in source
+    assert re.search(r'"clone" -> "add_" \[style=dotted[^]]*label="evidence"', source)

@@ -85,9 +85,13 @@ def test_measure_precision_rejects_an_unsound_pass() -> None:
         "def program(x0):\n    v0 = x0.clone()\n    v0.add_(1.0)\n    return (v0,)\n",
         INPUTS,
     )
-    report = measure_precision(drop_every_clone, [p])
-    assert report.unsound_programs == 1 and report.removed == 0
+    sound = _program("def program(x0):\n    v0 = (x0 * 2).clone()\n    return (v0,)\n", INPUTS)
+    report = measure_precision(drop_every_clone, [p, sound])
+    assert report.unsound_programs == 1 and report.removed == 1  # the sound rewrite's removal counts
+    assert report.removed_total == 2  # the pass removed both clones
     assert isinstance(report, PrecisionReport)
+    assert "removed by the pass: 2 (1 in sound rewrites" in report.summary()
+    assert "1 in the 1 unsound ones" in report.summary()
 
 
 def test_a_pass_that_removes_nothing_has_ratio_zero_when_greedy_removes() -> None:

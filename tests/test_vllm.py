@@ -501,3 +501,16 @@ def test_general_plugin_through_vllms_plugin_loader(env: dict[str, str], expecte
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == expected
+
+
+def test_importing_the_adapter_prints_nothing() -> None:
+    # vLLM's first import of vllm.config makes torch log three deprecation warnings meant for
+    # vLLM's developers; importing rewrite.vllm (what first imports vllm.config here) drops them.
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", "import rewrite.vllm"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "" and result.stdout == ""

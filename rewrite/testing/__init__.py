@@ -10,7 +10,9 @@
   :class:`aliasing.AliasAnalysis` never says "no alias", "no overlap" or
   "no writer" where real memory says otherwise.
 - :func:`programs` is a Hypothesis strategy of random aliasing-heavy programs;
-  :func:`check_pass` fuzzes any FX pass against :func:`check_equivalent`.
+  :func:`check_pass` fuzzes any FX pass (over a GraphModule or a Graph) against
+  :func:`check_equivalent`; :data:`FUZZ_SETTINGS` are Hypothesis settings for
+  fuzzing in your own test suite.
 - :func:`greedy_removable` is a dynamic oracle of what can soundly go, and
   :func:`measure_precision` reports how much of it any pass removes.
 """
@@ -19,9 +21,10 @@ from aliasing.oracle import AnalysisUnsound, Exactness, Observed, check_analysis
 from rewrite.errors import NotEquivalent
 from rewrite.testing.equivalence import OracleError, check_equivalent, copy_program
 from rewrite.testing.precision import PrecisionReport, greedy_removable, measure_precision, sample_programs
-from rewrite.testing.programs import Program, check_pass, programs
+from rewrite.testing.programs import FUZZ_SETTINGS, Program, check_pass, programs
 
 __all__ = [
+    "FUZZ_SETTINGS",
     "AnalysisUnsound",
     "Exactness",
     "NotEquivalent",

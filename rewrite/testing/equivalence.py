@@ -75,7 +75,9 @@ from __future__ import annotations
 
 import copy
 import inspect
+import logging
 import math
+import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -205,6 +207,33 @@ def _carry_attr(src: torch.nn.Module, dst: torch.nn.Module, target: str) -> None
         dst.add_module(field, value)
     else:
         object.__setattr__(dst, field, value)
+
+
+@contextmanager
+def quiet_torch_trace() -> Iterator[None]:
+    """Silence torch's structured-trace logger (``torch.__trace``) for the block, unless a trace is being written.
+
+    Fake tensors and ``make_fx`` log a DEBUG record without a message for every
+    tensor they describe; no handler of torch's prints them unless ``TORCH_TRACE``
+    is set, but pytest's log capture keeps them all and prints about a thousand
+    empty ``DEBUG torch.__trace`` lines under a failing fuzz test. The fuzzer's
+    tracing and :func:`rewrite.testing.check_pass` run inside this. With
+    ``TORCH_TRACE`` (or ``TORCH_DTRACE``, ``TORCH_COMPILE_DEBUG=1``) set, nothing
+    changes.
+    """
+    trace = logging.getLogger("torch.__trace")
+    wanted = any(os.environ.get(k) for k in ("TORCH_TRACE", "TORCH_DTRACE"))
+    wanted = wanted or os.environ.get("TORCH_COMPILE_DEBUG") == "1"
+    wanted = wanted or any(getattr(h, "root_dir", None) is not None for h in trace.handlers)
+    if wanted:
+        yield
+        return
+    level = trace.level
+    trace.setLevel(logging.CRITICAL + 1)  # torch checks the level of this logger only
+    try:
+        yield
+    finally:
+        trace.setLevel(level)
 
 
 def check_equivalent(

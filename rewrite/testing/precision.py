@@ -148,12 +148,13 @@ class PrecisionReport:
 
     programs: int = 0
     clones: int = 0
-    removed: int = 0  #: clones the pass removed, in programs whose rewrite is sound
+    removed: int = 0  #: clones the pass removed, in programs whose rewrite is sound (what :attr:`ratio` counts)
     greedy: int = 0  #: clones the greedy oracle removed
     covered: int = 0  #: clones the greedy oracle removed that the pass removed too
     unsound_programs: int = 0  #: rewrites the oracle rejects (their removals are not counted)
     short: list[Miss] = field(default_factory=list)  #: programs where the pass removed less
     beats: int = 0  #: programs where the pass removed more than greedy
+    removed_total: int = 0  #: clones the pass removed, in every program (unsound rewrites too)
 
     @property
     def ratio(self) -> float:
@@ -177,9 +178,15 @@ class PrecisionReport:
 
     def summary(self) -> str:
         """Human-readable lines, with the shortest program that shows a miss."""
+        removed = f"removed by the pass: {self.removed_total}"
+        if self.removed_total != self.removed:
+            removed += (
+                f" ({self.removed} in sound rewrites, counted below; {self.removed_total - self.removed} "
+                f"in the {self.unsound_programs} unsound ones, which count for nothing)"
+            )
         lines = [
             f"programs:            {self.programs} ({self.clones} clones)",
-            f"removed by the pass: {self.removed}",
+            removed,
             f"greedy-removable:    {self.greedy}",
             f"ratio:               {self.ratio:.3f}",
             f"coverage:            {self.coverage:.3f} (of greedy's removals, the share the pass makes too)",
@@ -252,11 +259,12 @@ def measure_precision(
         result = pass_fn(rewritten, program.donated_inputs)
         if isinstance(result, torch.fx.GraphModule):
             rewritten = result
+        left = set(_clone_names(rewritten))
+        gone = [c for c in before if c not in left]
+        report.removed_total += len(gone)
         if not _equivalent_on(program.graph_module, rewritten, program, _input_draws(program, draws)):
             report.unsound_programs += 1
             continue
-        left = set(_clone_names(rewritten))
-        gone = [c for c in before if c not in left]
         report.removed += len(gone)
         report.covered += sum(1 for c in greedy if c not in left)
         if len(gone) > len(greedy):

@@ -36,13 +36,14 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import inspect
 import itertools
 import math
 import re
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import hypothesis.strategies as st
 import torch
@@ -53,12 +54,13 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from aliasing.hidden_effects import HIDDEN_EFFECTS
 from rewrite.errors import NotEquivalent, RewriteError
-from rewrite.testing.equivalence import OracleError, check_equivalent, copy_program
+from rewrite.testing.equivalence import OracleError, check_equivalent, copy_program, quiet_torch_trace
 
 __all__ = [
     "CI_SETTINGS",
     "CUSTOM_OPS_SOURCE",
     "FUZZ_NAMESPACE",
+    "FUZZ_SETTINGS",
     "SOAK_SETTINGS",
     "Program",
     "check_pass",
@@ -128,8 +130,22 @@ SOAK_SETTINGS = settings(
 )
 
 
+#: Settings for fuzzing your own pass in your own test suite (profile ``"fx-aliasing"``): no
+#: deadline and no too-slow health check (every draw traces a program with ``make_fx``), and
+#: one failure shrunk and reported rather than every distinct one (Hypothesis otherwise
+#: shrinks each failing soundness clause separately: two to four times the shrinking).
+#: The example database stays on, so a re-run replays the failure at once.
+FUZZ_SETTINGS = settings(
+    deadline=None,
+    report_multiple_bugs=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+
+
 def register_profiles() -> None:
-    """Register :data:`CI_SETTINGS` as Hypothesis profile ``"ci"`` and :data:`SOAK_SETTINGS` as ``"soak"``.
+    """Register :data:`CI_SETTINGS` as Hypothesis profile ``"ci"``, :data:`SOAK_SETTINGS` as ``"soak"``
+    and :data:`FUZZ_SETTINGS` as ``"fx-aliasing"``.
 
     Examples
     --------
@@ -140,6 +156,7 @@ def register_profiles() -> None:
     """
     settings.register_profile("ci", CI_SETTINGS)
     settings.register_profile("soak", SOAK_SETTINGS)
+    settings.register_profile("fx-aliasing", FUZZ_SETTINGS)
 
 
 # --------------------------------------------------------------------------- #
@@ -289,7 +306,8 @@ def _trace(
         _TRACES.move_to_end(key)
         return hit[0]
     mode: Literal["fake", "symbolic"] = "symbolic" if tracing_mode == "symbolic" else "fake"
-    gm = make_fx(fn, tracing_mode=mode)(*make_inputs())
+    with quiet_torch_trace():
+        gm = make_fx(fn, tracing_mode=mode)(*make_inputs())
     _TRACES[key] = (gm, str(gm.graph))
     if len(_TRACES) > _TRACE_CACHE_SIZE:
         _TRACES.popitem(last=False)
@@ -1426,7 +1444,7 @@ def programs(
 # check_pass
 # --------------------------------------------------------------------------- #
 
-PassFn = Callable[[torch.fx.GraphModule], object]
+PassFn = Callable[[torch.fx.GraphModule], object] | Callable[[torch.fx.Graph], object]
 
 
 def check_pass(
@@ -1447,9 +1465,15 @@ def check_pass(
 
     Parameters
     ----------
-    pass_fn : Callable[[torch.fx.GraphModule], object]
+    pass_fn : Callable[[torch.fx.GraphModule], object] or Callable[[torch.fx.Graph], object]
         The pass under test. It may return a new GraphModule, or rewrite its
-        argument in place and return anything else (``None``, a report).
+        argument in place and return anything else (``None``, a report). A pass
+        over a ``torch.fx.Graph`` (as Inductor's custom passes and vLLM's
+        passes are) works too: one whose first parameter is annotated
+        ``torch.fx.Graph``, or that has a ``uuid()`` method, gets the copy's
+        Graph; any other gets the GraphModule, and runs again on a fresh copy's
+        Graph if it fails on an attribute only a Graph has (``gm.nodes``...).
+        The module's code is regenerated after a Graph pass.
     program : Program
         A drawn program (from :func:`programs`); its own graph is never touched.
     strict : bool
@@ -1495,11 +1519,14 @@ def check_pass(
     >>> p.num_ops <= 4
     True
     """
-    copy = copy_program(program.graph_module)
-    if not isinstance(copy, torch.fx.GraphModule):
-        raise RewriteError("copy_program returned something other than a GraphModule")
-    result = pass_fn(copy)
-    rewritten = result if isinstance(result, torch.fx.GraphModule) else copy
+    with quiet_torch_trace():
+        return _check_pass(pass_fn, program, strict=strict, rtol=rtol, atol=atol)
+
+
+def _check_pass(
+    pass_fn: PassFn, program: Program, *, strict: bool, rtol: float | None, atol: float | None
+) -> torch.fx.GraphModule:
+    rewritten = _apply_pass(pass_fn, program)
     if strict:
         try:
             rewritten.graph.lint()
@@ -1523,6 +1550,66 @@ def check_pass(
         message = str(err).split("] ", 1)[-1]
         raise OracleError(err.reason, f"{message}\n\n{_repro_note(program)}", err.error) from err
     return rewritten
+
+
+#: What a ``torch.fx.Graph`` has and a ``GraphModule`` does not: a pass that uses one takes a Graph.
+_GRAPH_ONLY = frozenset(name for name in dir(torch.fx.Graph) if not hasattr(torch.fx.GraphModule, name))
+
+
+def _takes_graph(pass_fn: PassFn) -> bool:
+    """Whether ``pass_fn`` declares that it takes a ``torch.fx.Graph``: Inductor's custom passes
+    (they have ``uuid()``) and functions whose first parameter is annotated ``torch.fx.Graph``."""
+    if callable(getattr(pass_fn, "uuid", None)):  # torch._inductor.custom_graph_pass.CustomGraphPass
+        return True
+    try:
+        params = list(inspect.signature(pass_fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if not params:
+        return False
+    annotation = params[0].annotation
+    if isinstance(annotation, str):
+        return annotation.split("[")[0].rsplit(".", 1)[-1] == "Graph"
+    return annotation is torch.fx.Graph
+
+
+def _graph_attribute_missing(err: AttributeError) -> bool:
+    """Whether ``err`` is a GraphModule missing an attribute that only a Graph has."""
+    name, obj = getattr(err, "name", None), getattr(err, "obj", None)
+    if name is None:  # raised without the interpreter's context: read the message
+        found = re.match(r"'(\w+)' object has no attribute '(\w+)'", str(err))
+        return found is not None and found.group(1) == "GraphModule" and found.group(2) in _GRAPH_ONLY
+    return name in _GRAPH_ONLY and (obj is None or isinstance(obj, torch.fx.GraphModule))
+
+
+def _apply_pass(pass_fn: PassFn, program: Program) -> torch.fx.GraphModule:
+    """Run ``pass_fn`` on a copy of the program, as a GraphModule pass or as a Graph pass.
+
+    A pass that is not declared a Graph pass (:func:`_takes_graph`) gets the
+    GraphModule first; if it then fails on an attribute only a Graph has
+    (``gm.nodes``, ``gm.find_nodes``, ``gm.erase_node``...), it runs again on a
+    fresh copy's Graph. A Graph pass rewrites the graph in place (or returns a
+    new Graph); the module's code is regenerated after it.
+    """
+    copy = copy_program(program.graph_module)
+    if not isinstance(copy, torch.fx.GraphModule):
+        raise RewriteError("copy_program returned something other than a GraphModule")
+    if not _takes_graph(pass_fn):
+        try:
+            result = cast(Callable[[torch.fx.GraphModule], object], pass_fn)(copy)
+        except AttributeError as err:
+            if not _graph_attribute_missing(err):
+                raise
+            copy = copy_program(program.graph_module)  # the failed attempt may have changed the first copy
+            if not isinstance(copy, torch.fx.GraphModule):
+                raise RewriteError("copy_program returned something other than a GraphModule") from err
+        else:
+            return result if isinstance(result, torch.fx.GraphModule) else copy
+    result = pass_fn(copy.graph)  # type: ignore[arg-type]  # a Graph pass
+    if isinstance(result, torch.fx.Graph) and result is not copy.graph:
+        return torch.fx.GraphModule(copy, result)
+    copy.recompile()
+    return copy
 
 
 def _repro_note(program: Program) -> str:
