@@ -20,7 +20,7 @@ the analysis, then what is built from an analysis. Each module imports only
 modules of the layers above its own (``tests/test_layering.py`` reads the
 imports and checks it); nothing here imports :mod:`rewrite`.
 
-1. errors, roles, regions, hidden_effects, resolve, layout_divergences: errors, boundary roles, byte regions, tables
+1. errors, roles, regions, hidden_effects, resolve, layout_divergences, time_limit: errors, boundary roles, byte regions, tables, the audits' per-sample time limit
 2. facts, target, registry: what node metadata says; what the caller passed, validated; how each ATen overload's effects are known
 3. effects: the rule table, one effect per op, with a conservative default
 4. subgraphs: control-flow rules, given the analysis entry point (they do not import it)

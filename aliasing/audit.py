@@ -52,16 +52,13 @@ import copy
 import dataclasses
 import itertools
 import json
-import signal
 import sys
-import threading
 import time
 import traceback
 import warnings
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +70,7 @@ from aliasing.analysis import DEFAULT_EFFECTS, analyze
 from aliasing.effects import EffectTable
 from aliasing.errors import AliasingError
 from aliasing.oracle import AnalysisUnsound, check_analysis
+from aliasing.time_limit import SampleTimeout, time_limit
 
 __all__ = [
     "TRACERS",
@@ -328,34 +326,6 @@ class _Skip(Exception):
         super().__init__(reason)
         self.reason = reason
         self.detail = detail
-
-
-class _SampleTimeout(BaseException):
-    """Raised by the alarm when one check runs past its time limit."""
-
-
-@contextmanager
-def _time_limit(seconds: float | None) -> Iterator[None]:
-    usable = (
-        seconds is not None
-        and seconds > 0
-        and hasattr(signal, "setitimer")
-        and threading.current_thread() is threading.main_thread()
-    )
-    if not usable:
-        yield
-        return
-
-    def alarm(signum: int, frame: Any) -> None:
-        raise _SampleTimeout()
-
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, float(seconds))  # type: ignore[arg-type]
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _error_text(err: BaseException) -> str:
@@ -650,7 +620,7 @@ def _run_sample(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            with _time_limit(timeout):
+            with time_limit(timeout):
                 try:
                     torch.manual_seed(seed)
                     call = _Call(fn, sample, variant if variant.startswith("out") else None)
@@ -694,7 +664,7 @@ def _run_sample(
                     results.append(_check_graph(gm, target, inputs, again, watched, eager_changed, effects, seed, base))
         except _Skip as skip:
             return skip_all(skip.reason, skip.detail)
-        except _SampleTimeout:
+        except SampleTimeout:
             done = {r.tracer for r in results}
             return results + [
                 SampleResult(**common, tracer=t, status="skipped", reason="timeout", message=f"over {timeout} s", sample_text=text)

@@ -60,12 +60,10 @@ import select
 import signal
 import sys
 import textwrap
-import threading
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -74,6 +72,7 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from aliasing.errors import AliasingError
+from aliasing.time_limit import SampleTimeout, time_limit
 
 __all__ = [
     "DTYPE_PREFERENCE",
@@ -439,29 +438,6 @@ def _aten_function(info: Any) -> Any:
 # one op
 
 
-class _SampleTimeout(BaseException):
-    """Raised by the alarm when one sample runs past its time limit."""
-
-
-@contextmanager
-def _time_limit(seconds: float | None) -> Iterator[None]:
-    usable = seconds is not None and seconds > 0 and hasattr(signal, "setitimer")
-    if not usable or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def alarm(signum: int, frame: Any) -> None:
-        raise _SampleTimeout()
-
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, float(seconds))  # type: ignore[arg-type]
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _sample_parts(sample: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
     return sample.input, tuple(sample.args), dict(sample.kwargs)
 
@@ -557,7 +533,7 @@ def _run_sample(run: _OpRun, info: Any, key: str, index: int, sample: Any, layou
             try:
                 with torch.no_grad(), recorder:
                     out = info.op(inp, *args, **kwargs)
-            except _SampleTimeout:
+            except SampleTimeout:
                 raise
             except Exception as err:
                 run.skips[f"eager call raised {type(err).__name__}"] += 1
@@ -840,9 +816,9 @@ def _audit_op(
                 if max_samples is not None and index >= max_samples:
                     break
                 try:
-                    with _time_limit(sample_timeout):
+                    with time_limit(sample_timeout):
                         _run_sample(run, info, key, index, sample, layouts)
-                except _SampleTimeout:
+                except SampleTimeout:
                     run.skips["sample timed out"] += 1
     except Exception as err:
         run.skips[f"sample inputs raised {type(err).__name__}"] += 1
