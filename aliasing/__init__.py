@@ -18,15 +18,17 @@ Layering
 Data flows one way: facts read from the graph's metadata, effects of each op,
 the analysis, then what is built from an analysis. Each module imports only
 modules of the layers above its own (``tests/test_layering.py`` reads the
-imports and checks it); nothing here imports :mod:`rewrite`.
+imports and checks them against this list, the only list of the layers:
+docs/DESIGN.md refers to it); nothing here imports :mod:`rewrite`.
 
-1. errors, roles, regions, hidden_effects, resolve, layout_divergences, time_limit: errors, boundary roles, byte regions, tables, the audits' per-sample time limit
-2. facts, target, registry: what node metadata says; what the caller passed, validated; how each ATen overload's effects are known
-3. effects: the rule table, one effect per op, with a conservative default
-4. subgraphs: control-flow rules, given the analysis entry point (they do not import it)
-5. analysis: ``analyze`` and the immutable ``AliasAnalysis``; ``DEFAULT_EFFECTS``
-6. storage_graph, oracle, layout_audit: the networkx graph of an analysis and its DOT picture; real-execution checks of one; meta and fake layouts against eager
-7. audit, timeline: the effects audit over PyTorch's operator database; the storage timeline picture
+1. errors: the exception classes of the package (re-exported by the modules that raise them)
+2. roles, regions, hidden_effects, resolve, layout_divergences, time_limit: boundary roles, byte regions, tables, the audits' per-sample time limit
+3. facts, target, registry, campaign: what node metadata says; what the caller passed, validated; how each ATen overload's effects are known; campaigns of work items (worker processes, shards, resumable results, Ray) for the audits and the soak
+4. effects: the rule table, one effect per op, with a conservative default
+5. subgraphs: control-flow rules, given the analysis entry point (they do not import it)
+6. analysis: ``analyze`` and the immutable ``AliasAnalysis``; ``DEFAULT_EFFECTS``
+7. storage_graph, oracle, layout_audit: the networkx graph of an analysis and its DOT picture; real-execution checks of one; meta and fake layouts against eager
+8. audit, timeline: the effects audit over PyTorch's operator database; the storage timeline picture
 
 Example
 -------

@@ -49,7 +49,7 @@ from aliasing.effects import (
     tensor_nodes,
     unknown_effect,
 )
-from aliasing.errors import UnknownNodeError, describe_node
+from aliasing.errors import MissingMetadataWarning, NoAtenOpsWarning, UnknownNodeError, describe_node
 from aliasing.facts import FactsCache, TensorFacts, facts_of_value, is_tensor_meta
 from aliasing.layout_divergences import fake_layout_divergent
 from aliasing.regions import Region, regions_may_overlap
@@ -62,11 +62,13 @@ __all__ = [
     "UNKNOWN_STORAGE",
     "Access",
     "AliasAnalysis",
+    "AnalysisCount",
     "MissingMetadataWarning",
     "NoAtenOpsWarning",
     "NodeRef",
     "StorageInfo",
     "analyze",
+    "counting_analyses",
     "paused_gc",
     "warnings_once",
     "with_control_flow",
@@ -77,7 +79,7 @@ _U = -1
 NodeRef = torch.fx.Node | str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Access:
     """One read or write of a value's memory by a node, at the node's graph position.
 
@@ -90,6 +92,14 @@ class Access:
     kind: Literal["read", "write"]
     value: torch.fx.Node
     whole: bool = False
+
+    def __init__(
+        self, position: int, node: torch.fx.Node, kind: Literal["read", "write"], value: torch.fx.Node, whole: bool = False
+    ) -> None:
+        # The analysis makes one per access: fill the fields directly (a frozen dataclass's
+        # generated __init__ pays a call per field).
+        d = self.__dict__
+        d["position"], d["node"], d["kind"], d["value"], d["whole"] = position, node, kind, value, whole
 
 
 @dataclass(frozen=True)
@@ -567,6 +577,16 @@ class AliasAnalysis:
         """
         return frozenset(_sid(s) for s in self._pts(self._node(n)))
 
+    def single_storage(self, n: NodeRef) -> str | None:
+        """The one known storage ``n``'s value lives in; None when it may live in several,
+        in :data:`UNKNOWN_STORAGE`, or is not a tensor (``storage_of`` in one id, without the set)."""
+        pts = self._pts(self._node(n))
+        if len(pts) != 1:
+            return None
+        for s in pts:
+            return None if s == _U else self._b.storages[s].id
+        return None
+
     def values_in(self, sid: str) -> tuple[torch.fx.Node, ...]:
         """Values that may live in the storage ``sid``, in graph order."""
         members = self._b.members
@@ -735,6 +755,8 @@ def analyze(
     """
     resolved = target if isinstance(target, Target) else resolve_target(target, donated_inputs)
     builder = _Builder(resolved, effects if effects is not None else DEFAULT_EFFECTS)
+    for counter in _COUNTERS:
+        counter.count += 1
     with paused_gc():
         builder.run()
     if builder.torch_level_only:
@@ -758,15 +780,54 @@ def analyze(
     return AliasAnalysis(resolved, builder)
 
 
+class AnalysisCount:
+    """How many analyses :func:`analyze` built inside a :func:`counting_analyses` block."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+_COUNTERS: list[AnalysisCount] = []
+
+
+@contextmanager
+def counting_analyses() -> Iterator[AnalysisCount]:
+    """Count the analyses built inside the block, by any caller (a pass, its guard, the lowering).
+
+    Example
+    -------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> import rewrite
+    >>> gm = make_fx(lambda x: x.clone() + 1, tracing_mode="fake")(torch.randn(2))
+    >>> with counting_analyses() as n:
+    ...     _ = rewrite.eliminate_clones(gm)
+    >>> n.count
+    1
+    """
+    counter = AnalysisCount()
+    _COUNTERS.append(counter)
+    try:
+        yield counter
+    finally:
+        _COUNTERS.remove(counter)
+
+
 def _values_without_metadata(graph: torch.fx.Graph) -> tuple[list[torch.fx.Node], int]:
     """Placeholders and ATen calls that return a tensor, without ``meta['val']``; and how many there are."""
     missing: list[torch.fx.Node] = []
     total = 0
+    returns_tensor: dict[int, bool] = {}  # per op, by identity
     for n in graph.nodes:
         if n.op == "placeholder":
             pass
         elif n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
-            if not any("Tensor" in str(r.type) for r in n.target._schema.returns):
+            hit = returns_tensor.get(id(n.target))
+            if hit is None:
+                hit = returns_tensor[id(n.target)] = any("Tensor" in str(r.type) for r in n.target._schema.returns)
+            if not hit:
                 continue  # returns nothing (a custom op that only writes, an assert): no value to describe
         else:
             continue
@@ -801,14 +862,6 @@ def _warn_once(message: str, category: type[Warning]) -> None:
             return
         seen.add(category)
     warnings.warn(message, category, stacklevel=3)
-
-
-class NoAtenOpsWarning(UserWarning):
-    """The analysed graph calls torch-level functions and methods only, no ATen ops."""
-
-
-class MissingMetadataWarning(UserWarning):
-    """Some placeholders or ATen calls of the analysed graph have no ``meta['val']``."""
 
 
 def with_control_flow(table: EffectTable) -> EffectTable:

@@ -53,7 +53,6 @@ import dataclasses
 import itertools
 import json
 import sys
-import time
 import traceback
 import warnings
 import zlib
@@ -66,9 +65,11 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from aliasing import campaign
 from aliasing.analysis import DEFAULT_EFFECTS, analyze
+from aliasing.campaign import CampaignError, CampaignOptions, Outcome, WorkItem
 from aliasing.effects import EffectTable
-from aliasing.errors import AliasingError
+from aliasing.errors import AuditError
 from aliasing.oracle import AnalysisUnsound, check_analysis
 from aliasing.time_limit import SampleTimeout, time_limit
 
@@ -79,6 +80,7 @@ __all__ = [
     "AuditReport",
     "SampleResult",
     "audit",
+    "audit_item",
     "audited_ops",
     "main",
     "render_markdown",
@@ -107,10 +109,6 @@ DTYPE_PREFERENCE: tuple[torch.dtype, ...] = (
 _MESSAGE_LIMIT = 4000
 _EXAMPLE_LIMIT = 300
 _DETAILS_LIMIT = 5  # violations described in full per op (all are counted)
-
-
-class AuditError(AliasingError, ValueError):
-    """The audit was asked for something it cannot do (an unknown op name, a bad setting)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,6 +305,18 @@ def _select(names: Sequence[str] | None, extra: bool) -> list[_AuditedOp]:
                 raise AuditError(f"no OpInfo or extra case named {name!r} (see audited_ops())")
             chosen.extend(h for h in hits if h not in chosen)
     return sorted(chosen, key=lambda op: op.key)
+
+
+_OP_TABLE: dict[str, _AuditedOp] = {}
+
+
+def _op_by_key(key: str) -> _AuditedOp:
+    """The op of ``key`` (built once per process: a campaign's worker looks its items up here)."""
+    if not _OP_TABLE:
+        _OP_TABLE.update((op.key, op) for op in _select(None, True))
+    if key not in _OP_TABLE:
+        raise AuditError(f"no OpInfo or extra case with the key {key!r} (see audited_ops())")
+    return _OP_TABLE[key]
 
 
 def _pick_dtype(info: Any) -> torch.dtype | None:
@@ -738,7 +748,8 @@ class AuditReport:
     settings
         The audit's parameters.
     runtime_s
-        Wall-clock seconds.
+        Seconds the ops took, summed over ops (a one-process run's wall-clock time; a
+        parallel or merged run's total work).
     """
 
     results: tuple[SampleResult, ...]
@@ -1017,6 +1028,117 @@ def render_markdown(data: dict[str, Any], top: int = 40) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The campaign tool name of the audit (results files name it; ``python -m aliasing.campaign merge``).
+TOOL = "aliasing.audit"
+_OP_DB_MODULE = "torch.testing._internal.common_methods_invocations"
+#: A custom effect table, for items run in this process (tables hold functions: they do not travel).
+_IN_PROCESS_EFFECTS: list[EffectTable] = []
+
+
+def _campaign_settings(
+    ops: Sequence[str] | None,
+    max_samples: int | None,
+    export_samples: int,
+    sample_timeout: float | None,
+    extra: bool,
+    custom_effects: bool,
+    num_threads: int | None,
+    imports: Sequence[str],
+) -> dict[str, Any]:
+    """What decides an op's checks: the campaign's settings (written in a results file's header)."""
+    return {
+        "ops": list(ops) if ops is not None else "all",
+        "max_samples": max_samples,
+        "export_samples": export_samples,
+        "sample_timeout_s": sample_timeout,
+        "extra_cases": extra,
+        "dtype_preference": [str(d).replace("torch.", "") for d in DTYPE_PREFERENCE],
+        "custom_effects": custom_effects,
+        "num_threads": num_threads,
+        "imports": list(imports),
+    }
+
+
+def _work_items(settings: dict[str, Any]) -> list[WorkItem]:
+    """One work item per audited op, in audit order (the key is the op's key)."""
+    ops = None if settings["ops"] == "all" else settings["ops"]
+    return [WorkItem(op.key, op.key) for op in _select(ops, settings["extra_cases"])]
+
+
+def audit_item(settings: dict[str, Any], key: str) -> dict[str, Any]:
+    """One campaign item: every check of the op ``key`` (what a worker process runs).
+
+    Returns ``{"dtype", "results" (SampleResult fields), "not_run" (the reason, or "")}``.
+
+    Examples
+    --------
+    >>> settings = _campaign_settings(["abs"], 1, 0, 60.0, True, False, 1, ())
+    >>> item = audit_item(settings, "abs")
+    >>> item["dtype"], {r["status"] for r in item["results"]}
+    ('float32', {'pass'})
+    """
+    if settings["custom_effects"] and not _IN_PROCESS_EFFECTS:
+        raise AuditError("a custom effect table runs in the process that holds it (jobs=None)")
+    effects = _IN_PROCESS_EFFECTS[-1] if settings["custom_effects"] else DEFAULT_EFFECTS
+    threads = torch.get_num_threads()
+    if settings["num_threads"] is not None:
+        torch.set_num_threads(settings["num_threads"])
+    try:
+        dtype, results, why = _audit_op(
+            _op_by_key(key), settings["max_samples"], settings["export_samples"], effects, settings["sample_timeout_s"]
+        )
+    finally:
+        torch.set_num_threads(threads)
+    return {"dtype": dtype, "results": [dataclasses.asdict(r) for r in results], "not_run": why}
+
+
+def _sample_result(data: dict[str, Any]) -> SampleResult:
+    tuples = ("examples", "trace_divergence", "fake_mismatch", "graph_ops")
+    fields: dict[str, Any] = {k: tuple(v) if k in tuples else v for k, v in data.items()}
+    return SampleResult(**fields)
+
+
+def _fold(
+    settings: dict[str, Any],
+    outcomes: dict[str, Outcome],
+    not_started: Sequence[str] = (),
+    time_budget: float | None = None,
+) -> AuditReport:
+    """The report of a campaign's outcomes, in audit order (whatever order they finished in)."""
+    results: list[SampleResult] = []
+    dtypes: dict[str, str] = {}
+    not_run: dict[str, str] = {}
+    for item in _work_items(settings):
+        outcome = outcomes.get(item.key)
+        if outcome is None:
+            if item.key in not_started:
+                not_run[item.key] = f"time budget of {time_budget} s spent"
+            continue
+        if outcome.status != "ok":
+            not_run[item.key] = f"{outcome.status}: {outcome.error}"[:_EXAMPLE_LIMIT]
+            continue
+        value = outcome.value
+        if value["dtype"] is not None:
+            dtypes[item.key] = value["dtype"]
+        if value["not_run"]:
+            not_run[item.key] = value["not_run"]
+        results.extend(_sample_result(r) for r in value["results"])
+    report_settings = {
+        "ops": settings["ops"],
+        "max_samples": settings["max_samples"],
+        "export_samples": settings["export_samples"],
+        "time_budget_s": time_budget,
+        "sample_timeout_s": settings["sample_timeout_s"],
+        "extra_cases": settings["extra_cases"],
+        "dtype_preference": settings["dtype_preference"],
+        "custom_effects": settings["custom_effects"],
+    }
+    if settings["imports"]:
+        report_settings["imports"] = settings["imports"]
+    runtime = sum(o.seconds for o in outcomes.values())
+    return AuditReport(tuple(results), dtypes, not_run, report_settings, runtime)
+
+
 def audit(
     ops: Sequence[str] | None = None,
     *,
@@ -1028,8 +1150,13 @@ def audit(
     extra: bool = True,
     num_threads: int | None = 1,
     progress: Callable[[str], None] | None = None,
+    campaign_options: CampaignOptions | None = None,
 ) -> AuditReport:
     """Run the effects audit: OpInfo samples for real, against the analysis, under the oracle.
+
+    Each op is one item of a campaign (:mod:`aliasing.campaign`): in this process by
+    default, or in worker processes, in shards, resumable from a results file, or on
+    Ray, as ``campaign_options`` say; the report is the same in every case.
 
     Parameters
     ----------
@@ -1046,17 +1173,24 @@ def audit(
     sample_timeout : float, optional
         Seconds one sample may take (all its checks) before it is skipped as ``timeout``.
     effects : aliasing.EffectTable
-        The effect rules under audit (:data:`aliasing.DEFAULT_EFFECTS` by default).
+        The effect rules under audit (:data:`aliasing.DEFAULT_EFFECTS` by default;
+        another table runs in this process only).
     extra : bool
         Include the extra norm-module cases when ``ops`` is ``None``.
     num_threads : int, optional
-        ``torch.set_num_threads`` for the audit (restored afterwards); ``None`` leaves it.
+        ``torch.set_num_threads`` for each op (restored afterwards); ``None`` leaves it.
     progress : callable, optional
         Called with one line of text per op.
+    campaign_options : aliasing.campaign.CampaignOptions, optional
+        Worker processes (``jobs``), ``shard``, ``results`` file, Ray address,
+        per-op time limit, modules to import in each worker.
 
     Returns
     -------
     AuditReport
+        Of the ops of this shard (recorded ones of a resumed run included); an op
+        whose item failed (an error, its worker killed past the time limit or
+        dead) is listed in :attr:`AuditReport.not_run` with the reason.
 
     Raises
     ------
@@ -1073,47 +1207,41 @@ def audit(
         raise AuditError(f"max_samples must be at least 1, got {max_samples}")
     if export_samples < 0:
         raise AuditError(f"export_samples must be at least 0, got {export_samples}")
-    chosen = _select(ops, extra)
-    start = time.monotonic()
-    threads = torch.get_num_threads()
-    if num_threads is not None:
-        torch.set_num_threads(num_threads)
-    results: list[SampleResult] = []
-    dtypes: dict[str, str] = {}
-    not_run: dict[str, str] = {}
+    options = campaign_options or CampaignOptions()
+    options = dataclasses.replace(options, time_budget=time_budget if time_budget is not None else options.time_budget)
+    user_imports = options.imports
+    # workers load op_db before their first op, outside its time (it takes seconds to import)
+    options = dataclasses.replace(options, imports=(_OP_DB_MODULE, *user_imports))
+    custom = effects is not DEFAULT_EFFECTS
+    if custom and (options.jobs is not None or options.ray_address is not None):
+        raise AuditError("a custom effect table runs in this process only (no jobs, no Ray)")
+    settings = _campaign_settings(ops, max_samples, export_samples, sample_timeout, extra, custom, num_threads, user_imports)
+    items = _work_items(settings)  # (unknown names raise here)
+
+    def report_op(outcome: Outcome, done: int, total: int | None) -> None:
+        if progress is None:
+            return
+        if outcome.status != "ok":
+            progress(f"[{done}/{total}] {outcome.key}: {outcome.status}: {outcome.error[:200]} ({outcome.seconds:.1f} s)")
+            return
+        rs, why = outcome.value["results"], outcome.value["not_run"]
+        bad = sum(r["status"] == "violation" for r in rs)
+        skipped = sum(r["status"] == "skipped" for r in rs)
+        progress(
+            f"[{done}/{total}] {outcome.key}: {len(rs)} checks, {bad} violations, {skipped} skipped"
+            f"{' (' + why + ')' if why else ''} ({outcome.seconds:.1f} s)"
+        )
+
+    if custom:
+        _IN_PROCESS_EFFECTS.append(effects)
     try:
-        for i, op in enumerate(chosen):
-            if time_budget is not None and time.monotonic() - start >= time_budget:
-                not_run[op.key] = f"time budget of {time_budget} s spent"
-                continue
-            t0 = time.monotonic()
-            dtype, rs, why = _audit_op(op, max_samples, export_samples, effects, sample_timeout)
-            if dtype is not None:
-                dtypes[op.key] = dtype
-            if why:
-                not_run[op.key] = why
-            results.extend(rs)
-            if progress is not None:
-                bad = sum(r.status == "violation" for r in rs)
-                skipped = sum(r.status == "skipped" for r in rs)
-                progress(
-                    f"[{i + 1}/{len(chosen)}] {op.key}: {len(rs)} checks, {bad} violations, {skipped} skipped"
-                    f"{' (' + why + ')' if why else ''} ({time.monotonic() - t0:.1f} s)"
-                )
+        run = campaign.run_campaign(audit_item, items, settings=settings, tool=TOOL, options=options, progress=report_op)
+    except CampaignError as err:
+        raise AuditError(str(err)) from err
     finally:
-        if num_threads is not None:
-            torch.set_num_threads(threads)
-    settings = {
-        "ops": list(ops) if ops is not None else "all",
-        "max_samples": max_samples,
-        "export_samples": export_samples,
-        "time_budget_s": time_budget,
-        "sample_timeout_s": sample_timeout,
-        "extra_cases": extra,
-        "dtype_preference": [str(d).replace("torch.", "") for d in DTYPE_PREFERENCE],
-        "custom_effects": effects is not DEFAULT_EFFECTS,
-    }
-    return AuditReport(tuple(results), dtypes, not_run, settings, time.monotonic() - start)
+        if custom:
+            _IN_PROCESS_EFFECTS.pop()
+    return _fold(settings, run.outcomes, run.not_started, options.time_budget)
 
 
 def _registry_main(*, write: bool) -> int:
@@ -1137,7 +1265,10 @@ def _registry_main(*, write: bool) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m aliasing.audit``: run the audit, print the summary, write the reports.
 
-    Exit status 0 when no check found a violation, 1 otherwise.
+    Exit status 0 when no check found a violation, 1 otherwise. With ``--jobs``,
+    ``--shard``, ``--results``, ``--ray`` the ops run as a campaign
+    (:mod:`aliasing.campaign`); ``--merge RESULTS...`` prints and writes the report
+    of a campaign's results files instead of running.
 
     Examples
     --------
@@ -1170,6 +1301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run the layout audit instead (aliasing.layout_audit: meta and fake result layouts against eager; "
         "its options: --layouts --help)",
     )
+    campaign.add_campaign_arguments(parser)
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--layouts" in argv:
         from aliasing.layout_audit import main as layout_main
@@ -1183,16 +1315,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line, file=sys.stderr, flush=True)
 
     try:
-        report = audit(
-            args.ops,
-            max_samples=args.max_samples,
-            export_samples=0 if args.no_export else args.export_samples,
-            time_budget=args.time_budget,
-            sample_timeout=args.sample_timeout,
-            extra=not args.no_extra,
-            progress=None if args.quiet else progress,
-        )
-    except AuditError as err:
+        if args.merge is not None:
+            settings, outcomes = campaign.merge_results(
+                args.merge, tool=TOOL, items=_work_items, allow_missing=args.allow_missing
+            )
+            report = _fold(settings, outcomes)
+        else:
+            report = audit(
+                args.ops,
+                max_samples=args.max_samples,
+                export_samples=0 if args.no_export else args.export_samples,
+                time_budget=args.time_budget,
+                sample_timeout=args.sample_timeout,
+                extra=not args.no_extra,
+                progress=None if args.quiet else progress,
+                campaign_options=campaign.options_from_args(args),
+            )
+    except (AuditError, CampaignError) as err:
         parser.error(str(err))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -80,7 +80,7 @@ EACH: object = "<each>"
 Sources = tuple[torch.fx.Node, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Effect:
     """What one node does to memory.
 
@@ -101,6 +101,22 @@ class Effect:
     #: makes such an output fresh where the metadata is trustworthy (:func:`recomputed_copy`
     #: and ``aliasing.analysis``); elsewhere the alias stands.
     copies: tuple[object, ...] = ()
+
+    def __init__(
+        self,
+        reads: Sources = (),
+        writes: Sources = (),
+        outputs: Mapping[object, Sources] | None = None,
+        unknown: bool = False,
+        reaches: Sources = (),
+        note: str = "",
+        copies: tuple[object, ...] = (),
+    ) -> None:
+        # One per node of every analysis: fill the fields directly (a frozen dataclass's
+        # generated __init__ pays a call per field).
+        d = self.__dict__
+        d["reads"], d["writes"], d["outputs"], d["unknown"] = reads, writes, {} if outputs is None else outputs, unknown
+        d["reaches"], d["note"], d["copies"] = reaches, note, copies
 
 
 #: A rule maps a node (and the shared metadata cache) to its effect.
@@ -342,8 +358,12 @@ def metadata_written(node: torch.fx.Node, facts: FactsCache) -> list[torch.fx.No
     """
     if node.op not in ("call_function", "call_method"):
         return []
-    op = resolve_overload(node)
+    op = node.target if isinstance(node.target, torch._ops.OpOverload) else resolve_overload(node)
     args = node.args
+    if op is not None:
+        template = _schema_effect(op)
+        if not template.mutates_metadata and not template.out_params:
+            return []  # the common case, decided by the op's template
     if op is None:
         # An unknown callable may change any tensor's metadata; a tensor method or torch
         # function that does not resolve might be one of set_, resize_, t_...
@@ -538,7 +558,6 @@ def recomputed_copy(node: torch.fx.Node) -> bool:
     if not isinstance(op, torch._ops.OpOverload):
         return False
     from torch._subclasses.fake_tensor import FakeTensor
-    from torch.utils._python_dispatch import _disable_current_modes
 
     missing = False
     fakes: list[FakeTensor] = []
@@ -561,6 +580,22 @@ def recomputed_copy(node: torch.fx.Node) -> bool:
     mode = fakes[0].fake_mode
     if any(f.fake_mode is not mode for f in fakes):
         return False
+    memo = _copy_key(op, args, kwargs, fakes)
+    if memo is not None:
+        hit = _RECOMPUTED.get(memo)
+        if hit is not None:
+            return hit
+    answer = _run_fake(op, args, kwargs, mode, fakes)
+    if memo is not None:
+        if len(_RECOMPUTED) >= _RECOMPUTED_MAX:
+            _RECOMPUTED.clear()
+        _RECOMPUTED[memo] = answer
+    return answer
+
+
+def _run_fake(op: torch._ops.OpOverload, args: Any, kwargs: Any, mode: Any, fakes: Sequence[torch.Tensor]) -> bool:
+    from torch.utils._python_dispatch import _disable_current_modes
+
     shape_env = mode.shape_env
     try:
         with _disable_current_modes(), mode, torch.no_grad():
@@ -578,6 +613,42 @@ def recomputed_copy(node: torch.fx.Node) -> bool:
         return all(key != f.untyped_storage()._cdata for f in fakes)
     except Exception:
         return False
+
+
+#: Answers of :func:`recomputed_copy` by op and argument layouts (the fake kernel's choice
+#: between a view and a copy depends on nothing else); bounded, cleared when full.
+_RECOMPUTED: dict[tuple[Any, ...], bool] = {}
+_RECOMPUTED_MAX = 4096
+
+
+def _copy_key(op: torch._ops.OpOverload, args: Any, kwargs: Any, fakes: Sequence[torch.Tensor]) -> tuple[Any, ...] | None:
+    """A hashable description of a call's arguments (layouts of the tensors, values of the rest,
+    which tensors share a storage); None when some part has no plain value (symbolic sizes...)."""
+    storages: dict[int, int] = {}
+
+    def describe(a: Any) -> Any:
+        if isinstance(a, torch.Tensor):
+            sizes, strides, offset = a.size(), a.stride(), a.storage_offset()
+            if not all(type(x) is int for x in (*sizes, *strides, offset)):
+                raise _NoKey
+            shared = storages.setdefault(a.untyped_storage()._cdata, len(storages))
+            return ("T", tuple(sizes), tuple(strides), offset, a.dtype, a.device, a.layout, a.is_conj(), a.is_neg(), shared)
+        if isinstance(a, (list, tuple)):
+            return (type(a).__name__, *(describe(x) for x in a))
+        if isinstance(a, dict):
+            return ("dict", *((k, describe(v)) for k, v in sorted(a.items())))
+        if a is None or type(a) in (int, float, bool, str, torch.dtype, torch.device, torch.memory_format, torch.layout):
+            return a
+        raise _NoKey
+
+    try:
+        return (id(op), op, describe(args), describe(kwargs))
+    except (_NoKey, RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
+class _NoKey(Exception):
+    """An argument without a plain, hashable description."""
 
 
 def _bound(se: _SchemaEffect, i: int, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:

@@ -1,14 +1,34 @@
-"""The one exception hierarchy of fx-aliasing.
+"""The one exception hierarchy of fx-aliasing, and every exception class of :mod:`aliasing`.
 
 Every error the library raises on purpose derives from :class:`AliasingError`.
 Messages that concern a graph node show it with ``node.format_node()``.
+The modules that raise them re-export them under their old names
+(``aliasing.oracle.AnalysisUnsound``, ``aliasing.storage_graph.RenderingError``,
+``aliasing.time_limit.SampleTimeout``...), so either import works; the errors of
+:mod:`rewrite` are in :mod:`rewrite.errors`.
 """
 
 from __future__ import annotations
 
 import torch.fx
 
-__all__ = ["AliasingError", "InvalidTargetError", "NodeError", "UnknownNodeError", "describe_node"]
+__all__ = [
+    "AliasingError",
+    "AnalysisUnsound",
+    "AuditError",
+    "CampaignError",
+    "InvalidTargetError",
+    "LayoutAuditError",
+    "MissingMetadataWarning",
+    "NoAtenOpsWarning",
+    "NodeError",
+    "OpaqueSubgraph",
+    "OracleUnavailable",
+    "RenderingError",
+    "SampleTimeout",
+    "UnknownNodeError",
+    "describe_node",
+]
 
 
 def describe_node(node: torch.fx.Node) -> str:
@@ -41,3 +61,45 @@ class NodeError(AliasingError):
     def __init__(self, node: torch.fx.Node, message: str) -> None:
         self.node_name = node.name
         super().__init__(f"{message}\n  at node: {describe_node(node)}")
+
+
+class OpaqueSubgraph(AliasingError):
+    """A subgraph whose effect on its inputs cannot be summarised precisely (R5 of :mod:`aliasing.subgraphs`)."""
+
+
+class AnalysisUnsound(AliasingError, AssertionError):
+    """An analysis said "no alias", "no overlap" or "not a writer" where real memory says otherwise."""
+
+
+class OracleUnavailable(AliasingError, ImportError):
+    """The oracle needs numpy (the ``test`` extra: ``pip install 'fx-aliasing[test]'``)."""
+
+
+class RenderingError(AliasingError):
+    """A picture could not be drawn: Graphviz or matplotlib is missing, or it failed."""
+
+
+class LayoutAuditError(AliasingError, ValueError):
+    """The layout audit was asked for something it cannot do (an unknown op or layout class)."""
+
+
+class SampleTimeout(BaseException):
+    """Raised by the alarm when one sample runs past its time limit (a BaseException, so
+    that an op's own ``except Exception`` cannot swallow it; :func:`aliasing.time_limit.time_limit`)."""
+
+
+class AuditError(AliasingError, ValueError):
+    """The audit was asked for something it cannot do (an unknown op name, a bad setting)."""
+
+
+class CampaignError(AliasingError, ValueError):
+    """A campaign cannot run or merge as asked: a malformed shard, a results file of another
+    campaign, shards that do not cover the items, a worker that cannot start."""
+
+
+class NoAtenOpsWarning(UserWarning):
+    """The analysed graph calls torch-level functions and methods only, no ATen ops."""
+
+
+class MissingMetadataWarning(UserWarning):
+    """Some placeholders or ATen calls of the analysed graph have no ``meta['val']``."""

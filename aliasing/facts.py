@@ -18,7 +18,7 @@ import torch.fx
 
 from aliasing.regions import Region, SizeLike
 
-__all__ = ["FactsCache", "TensorFacts", "facts_of_value", "has_meta", "is_tensor_meta", "known_equal", "meta_value", "same_layout", "tensor_facts"]
+__all__ = ["FactsCache", "TensorFacts", "facts_of_value", "has_meta", "is_tensor_meta", "known_equal", "meta_value", "same_layout", "same_region", "tensor_facts"]
 
 
 class TensorFacts:
@@ -191,6 +191,27 @@ def known_equal(a: SizeLike, b: SizeLike) -> bool:
         return bool(statically_known_true(a == b))
     except Exception:
         return False
+
+
+def same_region(x: Region, y: Region) -> bool:
+    """True when two regions provably cover the same elements in the same order
+    (strides of size-one dimensions aside: they address nothing).
+
+    Examples
+    --------
+    >>> from aliasing.regions import Region
+    >>> same_region(Region(0, (2, 1), (1, 5), 4), Region(0, (2, 1), (1, 1), 4))
+    True
+    >>> same_region(Region(0, (2,), (1,), 4), Region(2, (2,), (1,), 4))
+    False
+    """
+    return (
+        x.itemsize == y.itemsize
+        and len(x.sizes) == len(y.sizes)
+        and known_equal(x.offset, y.offset)
+        and all(known_equal(p, q) for p, q in zip(x.sizes, y.sizes))
+        and all(known_equal(p, q) or known_equal(n, 1) for p, q, n in zip(x.strides, y.strides, x.sizes))
+    )
 
 
 def same_layout(a: TensorFacts, b: TensorFacts) -> bool:

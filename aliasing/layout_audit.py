@@ -71,7 +71,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from aliasing.errors import AliasingError
+from aliasing.errors import LayoutAuditError
 from aliasing.time_limit import SampleTimeout, time_limit
 
 __all__ = [
@@ -128,10 +128,6 @@ DTYPE_PREFERENCE: tuple[torch.dtype, ...] = (
 
 _EVIDENCE_LIMIT = 3  # evidence kept per (overload, layout) pair (all are counted)
 _FUNCTION = "function"  # the kind of a whole-function comparison (not a recorded ATen call)
-
-
-class LayoutAuditError(AliasingError, ValueError):
-    """The layout audit was asked for something it cannot do (an unknown op or layout class)."""
 
 
 # ---------------------------------------------------------------------------

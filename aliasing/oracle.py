@@ -25,7 +25,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from aliasing.errors import AliasingError
+from aliasing.errors import AnalysisUnsound, OracleUnavailable
 
 if TYPE_CHECKING:
     import numpy
@@ -35,14 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["AnalysisUnsound", "Exactness", "Observed", "OracleUnavailable", "check_analysis", "observe_memory"]
 
 Interval = tuple[int, int]
-
-
-class AnalysisUnsound(AliasingError, AssertionError):
-    """An analysis said "no alias", "no overlap" or "not a writer" where real memory says otherwise."""
-
-
-class OracleUnavailable(AliasingError, ImportError):
-    """The oracle needs numpy (the ``test`` extra: ``pip install 'fx-aliasing[test]'``)."""
 
 
 def _numpy() -> Any:

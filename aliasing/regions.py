@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["Region", "SizeLike", "regions_may_overlap"]
+__all__ = ["Region", "SizeLike", "regions_may_overlap", "static_int"]
 
 SizeLike = int | torch.SymInt
 
@@ -313,15 +313,27 @@ def _symbolic_overlap(a: Region, b: Region) -> bool:
     return _peel(a, b)
 
 
-def _static_int(v: SizeLike) -> int | None:
+def static_int(v: object) -> int | None:
+    """The value of an int, or of a SymInt that is a known constant; None otherwise.
+
+    Examples
+    --------
+    >>> static_int(3), static_int(True), static_int(2.0)
+    (3, None, None)
+    >>> from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    >>> env = ShapeEnv()
+    >>> s = env.create_unbacked_symint()
+    >>> static_int(s) is None, static_int(s * 0 + 4)
+    (True, 4)
+    """
     if type(v) is int:
         return v
-    try:
-        node = v.node  # type: ignore[union-attr]
-        if node.is_constant() or node.expr.is_number:
-            return int(node.expr)
-    except Exception:
-        return None
+    if isinstance(v, torch.SymInt):
+        try:
+            value = v.node.maybe_as_int()
+        except Exception:
+            return None
+        return int(value) if value is not None else None
     return None
 
 
@@ -357,7 +369,7 @@ def _split(region: Region, dim: int, offset: SizeLike) -> tuple[int, SizeLike, R
     span: SizeLike = region.itemsize
     for n, st in zip(sizes, strides):
         span = span + (n - 1) * st
-    static_period, static_offset = _static_int(period), _static_int(offset)
+    static_period, static_offset = static_int(period), static_int(offset)
     q: int
     r: SizeLike
     if static_period is not None and static_offset is not None:

@@ -75,7 +75,7 @@ import networkx as nx
 import torch.fx
 
 from aliasing.effects import SINGLE
-from aliasing.errors import AliasingError, UnknownNodeError
+from aliasing.errors import RenderingError, UnknownNodeError
 
 if TYPE_CHECKING:
     from aliasing.analysis import AliasAnalysis
@@ -253,10 +253,6 @@ def reason_text(decision: DecisionLike) -> str:
     condition = str(getattr(decision.reason, "condition", "") or "")
     reason = str(decision.reason)
     return f"{condition} {reason}" if condition else reason
-
-
-class RenderingError(AliasingError):
-    """A picture could not be drawn: Graphviz or matplotlib is missing, or it failed."""
 
 
 # --- DOT: a picture for people ------------------------------------------------

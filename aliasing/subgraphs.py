@@ -56,27 +56,62 @@ same :class:`~aliasing.effects.EffectTable` as the rules (see
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol
 
 import torch
 import torch.fx
 
 from aliasing.effects import SINGLE, Effect, EffectRule, EffectTable, tensor_nodes, unknown_effect
-from aliasing.errors import AliasingError
+from aliasing.errors import OpaqueSubgraph
 from aliasing.facts import FactsCache, TensorFacts, same_layout
+from aliasing.regions import Region
 from aliasing.roles import UNKNOWN_STORAGE, Role
 
-if TYPE_CHECKING:
-    from aliasing.analysis import AliasAnalysis
+
+class SubgraphAccess(Protocol):
+    """What the rules read of one access (an :class:`aliasing.Access`) in a subgraph's analysis."""
+
+    @property
+    def node(self) -> torch.fx.Node: ...
+    @property
+    def kind(self) -> Literal["read", "write"]: ...
+    @property
+    def value(self) -> torch.fx.Node: ...
+    @property
+    def whole(self) -> bool: ...
+
+
+class SubgraphAnalysis(Protocol):
+    """What the rules read of a subgraph's analysis: the part of :class:`aliasing.AliasAnalysis` they use.
+
+    The rules receive the analysis entry point and never import :mod:`aliasing.analysis`
+    (which imports them); this protocol is the type of what that entry point returns.
+    """
+
+    @property
+    def nodes(self) -> tuple[torch.fx.Node, ...]: ...
+    @property
+    def storages(self) -> tuple[str, ...]: ...
+    @property
+    def output_node(self) -> torch.fx.Node | None: ...
+    def storage_role(self, sid: str) -> Role: ...
+    def storage_of(self, n: torch.fx.Node) -> frozenset[str]: ...
+    def storage_accesses(self, sid: str) -> Sequence[SubgraphAccess]: ...
+    def facts_of(self, n: torch.fx.Node) -> TensorFacts | None: ...
+    def region_of(self, n: torch.fx.Node) -> Region | None: ...
+    def accesses_overlapping(self, n: torch.fx.Node, kind: str | None = None) -> Iterator[SubgraphAccess]: ...
+
 
 #: Analyses one subgraph: the analysis entry point, bound to an effect table.
-Analyzer = Callable[[torch.fx.GraphModule], "AliasAnalysis"]
+Analyzer = Callable[[torch.fx.GraphModule], SubgraphAnalysis]
 
 __all__ = [
     "CONTROL_FLOW_OPS",
     "OpaqueSubgraph",
+    "SubgraphAccess",
+    "SubgraphAnalysis",
     "SubgraphSummary",
     "control_flow_rules",
     "summarize_subgraph",
@@ -85,10 +120,6 @@ __all__ = [
 
 #: Views that may reach memory outside their base's elements (R5 d).
 _ESCAPING_VIEWS = frozenset({"aten::as_strided", "aten::as_strided_", "aten::_reshape_alias"})
-
-
-class OpaqueSubgraph(AliasingError):
-    """A subgraph whose effect on its inputs cannot be summarised precisely (R5)."""
 
 
 @dataclass(frozen=True)
@@ -175,7 +206,7 @@ def summarize_subgraph(
     return _summarize(analysis, frozenset(scalar_inputs))
 
 
-def _summarize(analysis: AliasAnalysis, scalar_inputs: frozenset[int]) -> SubgraphSummary:
+def _summarize(analysis: SubgraphAnalysis, scalar_inputs: frozenset[int]) -> SubgraphSummary:
     nodes = analysis.nodes
     for n in nodes:
         if n.op == "call_function" and _op_name(n.target) in _ESCAPING_VIEWS:
@@ -499,7 +530,7 @@ def control_flow_rules(analyze: Analyzer) -> dict[str, EffectRule]:
     return rules
 
 
-def tie_control_flow(table: EffectTable, analyze: Callable[..., AliasAnalysis]) -> EffectTable:
+def tie_control_flow(table: EffectTable, analyze: Callable[..., SubgraphAnalysis]) -> EffectTable:
     """``table`` plus the control-flow rules, whose subgraphs are analysed with the returned table.
 
     ``analyze`` is the analysis entry point (called as ``analyze(gm, effects=table)``);
@@ -514,7 +545,7 @@ def tie_control_flow(table: EffectTable, analyze: Callable[..., AliasAnalysis]) 
     """
     cell: list[EffectTable] = []
 
-    def analyze_subgraph(gm: torch.fx.GraphModule) -> AliasAnalysis:
+    def analyze_subgraph(gm: torch.fx.GraphModule) -> SubgraphAnalysis:
         return analyze(gm, effects=cell[0])
 
     tied = EffectTable(table.rules, {**table.hop_rules, **control_flow_rules(analyze_subgraph)})

@@ -8,12 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from aliasing.errors import SampleTimeout
+
 __all__ = ["SampleTimeout", "time_limit"]
-
-
-class SampleTimeout(BaseException):
-    """Raised by the alarm when one sample runs past its time limit (a BaseException, so
-    that an op's own ``except Exception`` cannot swallow it)."""
 
 
 @contextmanager

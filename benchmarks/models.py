@@ -10,8 +10,9 @@ size that gives graphs of roughly 150 to 1,000 nodes, and captured two ways:
   decomposition).
 
 ``python -m benchmarks.models`` prints, per graph, the nodes and the median CPU
-time of ``aliasing.analyze`` in microseconds per node (target: at most 10), and
-writes ``benchmarks/results/models.json``.
+time of ``aliasing.analyze`` in microseconds per node (target: the median over
+the graphs at most 5; the worst is reported beside it), and writes
+``benchmarks/results/models.json``.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ import aliasing
 __all__ = ["MODELS", "capture_export", "capture_post_grad", "main", "time_analyze"]
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "models.json"
-#: Target of the real-model measure: analysis time per node, microseconds.
-TARGET_US_PER_NODE = 10.0
+#: Target of the real-model measure: analysis time per node, microseconds, median over the graphs.
+TARGET_US_PER_NODE = 5.0
 
 
 class _RMSNorm(nn.Module):
@@ -239,9 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"| {r['model']} | {r['graph']} | {r['nodes']} | {r['median_s'] * 1000:.2f} | {r['us_per_node']:.1f} |")
     worst = max(r["us_per_node"] for r in rows)
-    print(f"worst: {worst:.1f} us per node (target <= {TARGET_US_PER_NODE:.0f}): {'MET' if worst <= TARGET_US_PER_NODE else 'NOT MET'}")
+    median = statistics.median(r["us_per_node"] for r in rows)
+    met = median <= TARGET_US_PER_NODE
+    print(f"median: {median:.1f} us per node (target <= {TARGET_US_PER_NODE:.0f}): {'MET' if met else 'NOT MET'}; worst: {worst:.1f}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"target_us_per_node": TARGET_US_PER_NODE, "graphs": rows}, indent=2) + "\n")
+    summary = {"median_us_per_node": median, "worst_us_per_node": worst, "meets_target": met}
+    args.out.write_text(json.dumps({"target_us_per_node": TARGET_US_PER_NODE, **summary, "graphs": rows}, indent=2) + "\n")
     return 0
 
 

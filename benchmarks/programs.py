@@ -1,7 +1,7 @@
 """Named small programs for the side-by-side comparison of clone-elimination rules.
 
 Each :class:`NamedProgram` is one case of docs/DESIGN.md's precision targets (must
-remove) or of issue 3's must-keep list, traced with
+remove) or of its must-keep cases, traced with
 ``make_fx(tracing_mode="fake")``. ``sound_removals`` is how many of its clones
 a sound and precise pass removes; the benchmark reports it next to what
 ``rewrite.eliminate_clones`` and the output-only baseline remove, and asks
@@ -44,7 +44,7 @@ class NamedProgram:
     name : str
         Short identifier.
     case : str
-        The docs/DESIGN.md / issue 3 case it stands for.
+        The docs/DESIGN.md case it stands for.
     fn : Callable
         The eager function (traced by :meth:`trace`).
     input_shapes : tuple

@@ -69,7 +69,13 @@ from torch import Tensor
 import aliasing
 import rewrite
 from benchmarks.programs import PROGRAMS, NamedProgram
-from benchmarks.synthetic import build_transformer_graph, count_nodes, layers_for_nodes
+from benchmarks.synthetic import (
+    build_shared_weight_graph,
+    build_transformer_graph,
+    count_nodes,
+    layers_for_nodes,
+    shared_layers_for_nodes,
+)
 from rewrite.errors import NotEquivalent
 from rewrite.planner import is_clone_candidate
 from rewrite.testing import check_equivalent, copy_program
@@ -85,20 +91,36 @@ __all__ = [
     "time_size",
 ]
 
-#: Max ratio to the bare traversal at the largest size and max growth between the two
-#: largest sizes (16k -> 64k nodes), per measure.
+#: Max ratio to the bare traversal (and, for ``analyze``, to the ``meta['val']`` loop) at the
+#: largest size and max growth between the two largest sizes (16k -> 64k nodes), per measure.
 TARGETS: dict[str, dict[str, float]] = {
-    "analyze": {"ratio_to_bare": 25.0, "growth": 4.5},
+    "analyze": {"ratio_to_bare": 25.0, "ratio_to_meta_val": 30.0, "growth": 4.5},
     "eliminate": {"ratio_to_bare": 40.0, "growth": 4.5},
 }
 #: Growth targets of the other measures (4x the nodes costs at most 4.5x the time).
 GROWTH_TARGETS: dict[str, float] = {"eliminate_graph": 4.5, "hostile_no_meta": 4.5, "hostile_unknown": 4.5}
-#: Side by side with vLLM's pass: max ratio of ours to theirs, at a size (nodes, rounded to thousands).
-VLLM_TARGETS: tuple[tuple[str, str, int, float], ...] = (
-    ("eliminate_graph", "vllm", 64, 0.5),
-    ("eliminate_graph", "vllm", 16, 1.5),
-    ("eliminate", "vllm_recompile", 16, 1.0),
-)
+#: Side by side with vLLM's pass, per graph shape: max ratio of ours to theirs, at a size
+#: (nodes, rounded to thousands).
+VLLM_TARGETS: dict[str, tuple[tuple[str, str, int, float], ...]] = {
+    "synthetic": (
+        ("eliminate_graph", "vllm", 64, 0.5),
+        ("eliminate_graph", "vllm", 16, 1.5),
+        ("eliminate", "vllm_recompile", 16, 1.0),
+    ),
+    "shared": (
+        ("eliminate_graph", "vllm", 64, 1.0),
+        ("eliminate_graph", "vllm", 16, 1.0),
+        ("eliminate", "vllm_recompile", 16, 1.0),
+    ),
+}
+#: The graph shapes: a builder of ``layers`` layers and the layer count for a node budget.
+#: ``synthetic``: :func:`benchmarks.synthetic.build_transformer_graph` (weights per layer,
+#: KV-cache writes; vLLM's pass is quadratic there); ``shared``:
+#: :func:`benchmarks.synthetic.build_shared_weight_graph` (one set of weights, no pile-up).
+SHAPES: dict[str, tuple[Callable[[int], tuple[torch.fx.GraphModule, Callable[[], list[Tensor]]]], Callable[[int], int]]] = {
+    "synthetic": (build_transformer_graph, layers_for_nodes),
+    "shared": (build_shared_weight_graph, shared_layers_for_nodes),
+}
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "scaling.json"
 LARGE_NODES = 32_000
@@ -123,6 +145,25 @@ def _read_val(val: object) -> int:
     if isinstance(val, (tuple, list)):
         return sum(_read_val(v) for v in val)
     return 0
+
+
+def meta_val_loop(gm: torch.fx.GraphModule) -> int:
+    """Read every node's ``meta['val']`` and nothing else: the floor of any pass that looks at metadata.
+
+    Returns the number of nodes with a value.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> meta_val_loop(make_fx(lambda x: x.clone(), tracing_mode="fake")(torch.randn(2)))
+    2
+    """
+    n = 0
+    for node in gm.graph.nodes:
+        if node.meta.get("val") is not None:
+            n += 1
+    return n
 
 
 def bare_traversal(gm: torch.fx.GraphModule) -> int:
@@ -173,16 +214,23 @@ def _count_clones(gm: torch.fx.GraphModule) -> int:
 
 
 def time_size(
-    nodes: int, repeats: int, *, log: Callable[[str], None] = lambda s: None, with_vllm: bool = True
+    nodes: int,
+    repeats: int,
+    *,
+    shape: str = "synthetic",
+    log: Callable[[str], None] = lambda s: None,
+    with_vllm: bool = True,
 ) -> dict[str, Any]:
-    """Build the synthetic graph of about ``nodes`` nodes and time bare/analyze/eliminate on it.
+    """Build the graph of ``shape`` with about ``nodes`` nodes and time every measure on it.
 
     Parameters
     ----------
     nodes : int
         Target node count (the layer count is chosen by ``layers_for_nodes``).
     repeats : int
-        Interleaved rounds; each round times all three once.
+        Interleaved rounds; each round times every measure once.
+    shape : str
+        A key of :data:`SHAPES`.
     log : callable
         Receives progress lines.
     with_vllm : bool
@@ -191,7 +239,7 @@ def time_size(
     Returns
     -------
     dict
-        ``layers``, ``nodes``, ``clones``, ``build_s``; per measure and clock
+        ``shape``, ``layers``, ``nodes``, ``clones``, ``build_s``; per measure and clock
         (``result["analyze"]["cpu"]``) ``runs_s`` and ``median_s``; and the
         clones ``eliminate_clones`` and the baseline remove.
 
@@ -201,13 +249,17 @@ def time_size(
     >>> r["nodes"] > 100 and r["eliminate"]["removed"] > 0
     True
     """
-    layers = layers_for_nodes(nodes)
+    if shape not in SHAPES:
+        raise ValueError(f"shape must be one of {sorted(SHAPES)}, got {shape!r}")
+    build, layers_for = SHAPES[shape]
+    layers = layers_for(nodes)
     start = time.perf_counter()
-    gm, _ = build_transformer_graph(layers)
+    gm, _ = build(layers)
     build_s = time.perf_counter() - start
     size = count_nodes(gm)
     log(f"  built {size} nodes ({layers} layers) in {build_s:.1f}s")
     runs: dict[str, list[tuple[float, float]]] = {
+        "meta_val": [],
         "bare": [],
         "analyze": [],
         "eliminate": [],
@@ -221,6 +273,7 @@ def time_size(
     no_meta, unknown = hostile_no_meta(gm.graph), hostile_unknown(gm.graph)
     removed = kept = 0
     for r in range(repeats):
+        runs["meta_val"].append(_timed(lambda: meta_val_loop(gm)))
         runs["bare"].append(_timed(lambda: bare_traversal(gm)))
         runs["analyze"].append(_timed(lambda: aliasing.analyze(gm)))
         fresh = _copy(gm)
@@ -240,6 +293,7 @@ def time_size(
             + "  ".join(f"{k} {v[-1][0]:.3f}/{v[-1][1]:.3f}" for k, v in runs.items())
         )
     result: dict[str, Any] = {
+        "shape": shape,
         "target_nodes": nodes,
         "layers": layers,
         "nodes": size,
@@ -257,9 +311,10 @@ def time_size(
     return result
 
 
-def summarise(sizes: Sequence[dict[str, Any]], clock: str = "cpu") -> dict[str, Any]:
+def summarise(sizes: Sequence[dict[str, Any]], clock: str = "cpu", shape: str = "synthetic") -> dict[str, Any]:
     """Ratios to ``bare`` at the largest size and growth between the two largest sizes.
 
+    ``sizes`` are the rows of one graph shape (``shape``: its :data:`VLLM_TARGETS`);
     ``clock`` is ``"cpu"`` (process CPU time) or ``"wall"`` (elapsed time).
 
     Examples
@@ -289,7 +344,11 @@ def summarise(sizes: Sequence[dict[str, Any]], clock: str = "cpu") -> dict[str, 
         entry: dict[str, Any] = {"ratio_to_bare": ratio, "growth": growth, "targets": target}
         # context, not a target: growth divided by the bare traversal's growth on the same graphs
         entry["growth_over_bare_growth"] = growth / out["bare_growth"] if growth is not None else None
-        entry["meets_targets"] = ratio <= target["ratio_to_bare"] and (growth is None or growth <= target["growth"])
+        meets = ratio <= target["ratio_to_bare"] and (growth is None or growth <= target["growth"])
+        if "meta_val" in big and t(big, "meta_val") > 0:
+            entry["ratio_to_meta_val"] = t(big, key) / t(big, "meta_val")
+            meets = meets and entry["ratio_to_meta_val"] <= target.get("ratio_to_meta_val", float("inf"))
+        entry["meets_targets"] = meets
         out[key] = entry
     for key, max_growth in GROWTH_TARGETS.items():
         if key in big and prev is not None and key in prev:
@@ -297,7 +356,7 @@ def summarise(sizes: Sequence[dict[str, Any]], clock: str = "cpu") -> dict[str, 
             out[key] = {"growth": growth, "targets": {"growth": max_growth}, "meets_targets": growth <= max_growth}
     by_k = {round(r["nodes"] / 1000): r for r in ordered}
     vs: list[dict[str, Any]] = []
-    for ours, theirs, k, limit in VLLM_TARGETS:
+    for ours, theirs, k, limit in VLLM_TARGETS.get(shape, ()):
         row = by_k.get(k)
         if row is None or ours not in row or theirs not in row:
             continue
@@ -471,20 +530,23 @@ def _machine() -> dict[str, Any]:
     }
 
 
-def format_table(sizes: Sequence[dict[str, Any]], summary: dict[str, Any], clock: str = "cpu") -> str:
-    """The timing table of one clock printed by :func:`main` (also pasted into benchmarks/README.md)."""
+def format_table(
+    sizes: Sequence[dict[str, Any]], summary: dict[str, Any], clock: str = "cpu", shape: str = "synthetic"
+) -> str:
+    """The timing table of one clock and graph shape printed by :func:`main` (also in benchmarks/README.md)."""
     lines = [
-        f"{clock} time, medians:",
+        f"{shape} graphs, {clock} time, medians:",
         "",
-        "| nodes | layers | clones | bare (ms) | analyze (ms) | eliminate (ms) | analyze/bare | eliminate/bare |"
-        " removed (ours) | removed (baseline) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| nodes | layers | clones | meta['val'] (ms) | bare (ms) | analyze (ms) | eliminate (ms) | analyze/meta['val'] |"
+        " analyze/bare | eliminate/bare | removed (ours) | removed (baseline) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in sorted(sizes, key=lambda r: r["nodes"]):
         b, a, e = (r[k][clock]["median_s"] * 1000 for k in ("bare", "analyze", "eliminate"))
+        m = r["meta_val"][clock]["median_s"] * 1000 if "meta_val" in r else float("nan")
         lines.append(
-            f"| {r['nodes']} | {r['layers']} | {r['clones']} | {b:.1f} | {a:.0f} | {e:.0f}"
-            f" | {a / b:.1f}x | {e / b:.1f}x"
+            f"| {r['nodes']} | {r['layers']} | {r['clones']} | {m:.1f} | {b:.1f} | {a:.0f} | {e:.0f}"
+            f" | {a / m if m else float('nan'):.1f}x | {a / b:.1f}x | {e / b:.1f}x"
             f" | {r['eliminate']['removed']} | {r['baseline_removed']} |"
         )
     extra = [k for k in ("eliminate_graph", "hostile_no_meta", "hostile_unknown", "vllm", "vllm_recompile") if any(k in r for r in sizes)]
@@ -501,7 +563,13 @@ def format_table(sizes: Sequence[dict[str, Any]], summary: dict[str, Any], clock
             t = s["targets"]
             lines.append(
                 f"{key}: {s['ratio_to_bare']:.1f}x bare at {summary['largest_nodes']} nodes"
-                f" (target <= {t['ratio_to_bare']:.0f}x), growth {summary['growth_from_nodes']} -> "
+                f" (target <= {t['ratio_to_bare']:.0f}x)"
+                + (
+                    f", {s['ratio_to_meta_val']:.1f}x the meta['val'] loop (target <= {t['ratio_to_meta_val']:.0f}x)"
+                    if "ratio_to_meta_val" in s and "ratio_to_meta_val" in t
+                    else ""
+                )
+                + f", growth {summary['growth_from_nodes']} -> "
                 f"{summary['largest_nodes']}: {growth} (target <= {t['growth']}x):"
                 f" {'MET' if s['meets_targets'] else 'NOT MET'}"
             )
@@ -544,6 +612,9 @@ def build_parser() -> argparse.ArgumentParser:
     """Command-line options of the benchmark."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="1k,16k,64k", help="comma-separated node counts (e.g. 1k,16k,64k)")
+    p.add_argument(
+        "--shapes", default=",".join(SHAPES), help=f"comma-separated graph shapes (default: {','.join(SHAPES)})"
+    )
     p.add_argument("--repeats", type=int, default=5, help="timing rounds per size (default 5)")
     p.add_argument(
         "--large-repeats",
@@ -576,18 +647,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.repeats < 1 or args.large_repeats < 1:
         raise SystemExit("--repeats and --large-repeats must be >= 1")
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown or not shapes:
+        raise SystemExit(f"--shapes: unknown {unknown}; choose from {sorted(SHAPES)}")
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    result: dict[str, Any] = {"machine": _machine(), "targets": TARGETS, "sizes": []}
-    for n in sizes:
-        repeats = args.large_repeats if n >= LARGE_NODES else args.repeats
-        log(f"size ~{n} nodes, {repeats} rounds")
-        result["sizes"].append(time_size(n, repeats, log=log, with_vllm=not args.no_vllm))
-    result["summary"] = {clock: summarise(result["sizes"], clock) for clock in CLOCKS}
-    for clock in ("cpu", "wall"):
-        print(format_table(result["sizes"], result["summary"][clock], clock), end="\n\n")
+    result: dict[str, Any] = {"machine": _machine(), "targets": TARGETS, "vllm_targets": VLLM_TARGETS, "sizes": []}
+    for shape in shapes:
+        for n in sizes:
+            repeats = args.large_repeats if n >= LARGE_NODES else args.repeats
+            log(f"{shape}: size ~{n} nodes, {repeats} rounds")
+            result["sizes"].append(time_size(n, repeats, shape=shape, log=log, with_vllm=not args.no_vllm))
+    result["summary"] = {}
+    for shape in shapes:
+        rows = [r for r in result["sizes"] if r["shape"] == shape]
+        result["summary"][shape] = {clock: summarise(rows, clock, shape) for clock in CLOCKS}
+        for clock in ("cpu", "wall"):
+            print(format_table(rows, result["summary"][shape][clock], clock, shape), end="\n\n")
 
     if not args.no_compare:
         log(f"equivalence check on the ~{args.check_size}-node synthetic graph")

@@ -37,11 +37,14 @@ from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
 __all__ = [
     "NODES_PER_LAYER",
+    "SHARED_NODES_PER_LAYER",
     "GraphSpec",
+    "build_shared_weight_graph",
     "build_transformer_graph",
     "count_nodes",
     "layers_for_nodes",
     "make_inputs",
+    "shared_layers_for_nodes",
 ]
 
 
@@ -270,48 +273,74 @@ def _trace_layer(spec: GraphSpec, fake: Sequence[Tensor]) -> torch.fx.GraphModul
 
 
 def _replicate(spec: GraphSpec, mode: FakeTensorMode, fake: Sequence[Tensor]) -> torch.fx.GraphModule:
-    """Copy a traced layer ``spec.layers`` times; give every copy its own fake values.
+    """Copy a traced layer ``spec.layers`` times; layer ``i`` reads ``cache[i]`` and its own weights."""
+    template = _trace_layer(spec, fake)
+    t_cache = [n for n in template.graph.nodes if n.op == "placeholder"][3]
+    cache_step = fake[3].stride(0)
+
+    def bind(i: int, carried: list[torch.fx.Node], inputs: list[torch.fx.Node]) -> list[torch.fx.Node]:
+        return [*carried, *inputs[1:4], *inputs[4 + WEIGHTS_PER_LAYER * i : 4 + WEIGHTS_PER_LAYER * (i + 1)]]
+
+    def shift(i: int, t_in: torch.fx.Node) -> int | None:
+        return i * cache_step if t_in is t_cache else None
+
+    def adjust(i: int, node: torch.fx.Node, new: torch.fx.Node, env: dict[torch.fx.Node, torch.fx.Node]) -> None:
+        if node.target is torch.ops.aten.select.int and node.args[0] is t_cache:
+            new.args = (env[t_cache], node.args[1], i)  # cache[i]: this layer's slice
+
+    return _replicate_layers(template, mode, fake, spec.layers, carried=1, bind=bind, shift=shift, adjust=adjust)
+
+
+def _replicate_layers(
+    template: torch.fx.GraphModule,
+    mode: FakeTensorMode,
+    fake: Sequence[Tensor],
+    layers: int,
+    *,
+    carried: int,
+    bind: Callable[[int, list[torch.fx.Node], list[torch.fx.Node]], list[torch.fx.Node]],
+    shift: Callable[[int, torch.fx.Node], int | None] = lambda i, t_in: None,
+    adjust: Callable[[int, torch.fx.Node, torch.fx.Node, dict[torch.fx.Node, torch.fx.Node]], None] | None = None,
+) -> torch.fx.GraphModule:
+    """Copy ``template`` (one layer) ``layers`` times; give every copy its own fake values.
+
+    The graph's placeholders carry ``fake``; the first ``carried`` of them feed
+    layer 0, and layer ``i + 1`` reads what layer ``i`` returns in their place.
+    ``bind(i, carried, inputs)`` lists the nodes bound to the template's
+    placeholders in layer ``i``; ``shift(i, t_in)`` may move the storage offset
+    of a template input's values (default: the bound input's offset);
+    ``adjust`` may edit each copied node.
 
     Fake values are not recomputed by dispatching each op again (about 3 ms a
     node); they are derived from the template's, which have the same sizes,
     strides and dtypes in every layer. Storage identity is remapped: a template
-    value living in an input's storage lives in the corresponding input of
-    layer ``i`` (the KV cache's offsets shift by ``i * cache.stride(0)``, since
-    the template reads ``cache[0]`` and layer ``i`` reads ``cache[i]``); a value
-    living in a storage the template allocates gets a fresh storage per layer,
-    shared with exactly the values that shared it in the template.
+    value living in an input's storage lives in the input bound in its place in
+    layer ``i``; a value living in a storage the template allocates gets a fresh
+    storage per layer, shared with exactly the values that shared it in the template.
     """
-    template = _trace_layer(spec, fake)
     t_nodes = list(template.graph.nodes)
     t_inputs = [n for n in t_nodes if n.op == "placeholder"]
     t_body = [n for n in t_nodes if n.op == "call_function"]
     t_output = next(n for n in t_nodes if n.op == "output")
-    t_result = t_output.args[0]
-    if not isinstance(t_result, torch.fx.Node):
-        raise TypeError("the layer template must return one tensor")
-    t_cache = t_inputs[3]
-    layer_select = torch.ops.aten.select.int
-    # template storage -> index of the template input living in it (absent: allocated in the layer)
-    t_input_of: dict[int, int] = {}
-    for k, n in enumerate(t_inputs):
-        t_input_of.setdefault(_storage_key(n.meta["val"]), k)
+    t_results = t_output.args[0] if isinstance(t_output.args[0], (tuple, list)) else (t_output.args[0],)
+    if len(t_results) != carried or not all(isinstance(r, torch.fx.Node) for r in t_results):
+        raise TypeError(f"the layer template must return {carried} tensor(s)")
 
     graph = torch.fx.Graph()
     inputs = [graph.placeholder(f"arg{k}_1") for k in range(len(fake))]
     for node, val in zip(inputs, fake):
         _set_meta(node, val, None)
-    cache_step = fake[3].stride(0)
-    x: torch.fx.Node = inputs[0]
-    for i in range(spec.layers):
-        weights = inputs[4 + WEIGHTS_PER_LAYER * i : 4 + WEIGHTS_PER_LAYER * (i + 1)]
-        bound = [x, *inputs[1:4], *weights]
+    state: list[torch.fx.Node] = inputs[:carried]
+    for i in range(layers):
+        bound = bind(i, state, inputs)
         env: dict[torch.fx.Node, torch.fx.Node] = dict(zip(t_inputs, bound))
         # template storage -> (storage of layer i, offset shift)
         storages: dict[int, tuple[torch.UntypedStorage, int]] = {}
         for t_in, new_in in zip(t_inputs, bound):
             t_val, new_val = t_in.meta["val"], new_in.meta["val"]
-            shift = i * cache_step if t_in is t_cache else new_val.storage_offset() - t_val.storage_offset()
-            storages.setdefault(_storage_key(t_val), (new_val.untyped_storage(), shift))
+            moved = shift(i, t_in)
+            offset = new_val.storage_offset() - t_val.storage_offset() if moved is None else moved
+            storages.setdefault(_storage_key(t_val), (new_val.untyped_storage(), offset))
 
         def derive(t_val: object, storages: dict[int, tuple[torch.UntypedStorage, int]] = storages) -> object:
             if isinstance(t_val, Tensor):
@@ -319,16 +348,16 @@ def _replicate(spec: GraphSpec, mode: FakeTensorMode, fake: Sequence[Tensor]) ->
                 if key not in storages:
                     nbytes = t_val.untyped_storage().nbytes()
                     storages[key] = (torch.UntypedStorage(nbytes, device="meta"), 0)
-                storage, shift = storages[key]
-                return _fake_on(mode, storage, t_val, t_val.storage_offset() + shift)
+                storage, offset = storages[key]
+                return _fake_on(mode, storage, t_val, t_val.storage_offset() + offset)
             if isinstance(t_val, (tuple, list)):
                 return type(t_val)(derive(v) for v in t_val)
             return t_val
 
         for node in t_body:
             new = graph.node_copy(node, lambda n, env=env: env[n])
-            if node.target is layer_select and node.args[0] is t_cache:
-                new.args = (env[t_cache], node.args[1], i)  # cache[i]: this layer's slice
+            if adjust is not None:
+                adjust(i, node, new, env)
             env[node] = new
             eager = None
             if "eager_input_vals" in node.meta:
@@ -339,9 +368,108 @@ def _replicate(spec: GraphSpec, mode: FakeTensorMode, fake: Sequence[Tensor]) ->
             _set_meta(new, derive(node.meta["val"]) if "val" in node.meta else None, eager)
             if "tensor_meta" in node.meta:
                 new.meta["tensor_meta"] = node.meta["tensor_meta"]  # same sizes, strides, dtype
-        x = env[t_result]
-    graph.output(x)
+        state = [env[r] for r in t_results]
+    graph.output(state[0] if carried == 1 else tuple(state))
     return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+# --------------------------------------------------------------------------- the shared-weight decoder
+
+
+@torch.library.custom_op("fxa_bench::fused_add_rms_norm_", mutates_args=("x", "residual"))
+def fused_add_rms_norm_(x: Tensor, residual: Tensor, weight: Tensor, eps: float = 1e-6) -> None:
+    """In place, as vLLM's ``_C.fused_add_rms_norm``: ``residual += x``, then ``x = rms_norm(residual) * weight``."""
+    residual.add_(x)
+    x.copy_(residual * torch.rsqrt(residual.pow(2).mean(-1, keepdim=True) + eps) * weight)
+
+
+@fused_add_rms_norm_.register_fake
+def _fused_add_rms_norm_fake(x: Tensor, residual: Tensor, weight: Tensor, eps: float = 1e-6) -> None:
+    return None
+
+
+#: Hidden size and tokens of the shared-weight decoder (its placeholders: x, residual,
+#: the norm weight, w1 [H, 3H], w2 [H, H], cos and sin [T, H/2]).
+SHARED_HIDDEN, SHARED_TOKENS = 64, 8
+
+
+def _shared_layer(x: Tensor, res: Tensor, w_norm: Tensor, w1: Tensor, w2: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    h = SHARED_HIDDEN
+    xc, rc = x.clone(), res.clone()
+    torch.ops.fxa_bench.fused_add_rms_norm_(xc, rc, w_norm)
+    q, k, v = (xc @ w1).split([h, h, h], -1)
+    qc, kc = q.clone(), k.clone()
+    torch.ops.fxa_bench.rotary_(qc, kc, cos, sin)
+    return torch.softmax(qc @ kc.t(), -1) @ v @ w2, rc
+
+
+def _shared_fake(mode: FakeTensorMode) -> list[Tensor]:
+    h, t = SHARED_HIDDEN, SHARED_TOKENS
+    with mode:
+        return [torch.empty(s) for s in ((t, h), (t, h), (h,), (h, 3 * h), (h, h), (t, h // 2), (t, h // 2))]
+
+
+def build_shared_weight_graph(
+    layers: int, *, method: str = "replicate", seed: int = 0
+) -> tuple[torch.fx.GraphModule, Callable[[], list[Tensor]]]:
+    """A decoder of ``layers`` layers over one set of weights, with fake-tensor metadata.
+
+    Per layer: ``xc, rc = x.clone(), res.clone()``; the in-place fused add+RMSNorm
+    (``fxa_bench::fused_add_rms_norm_``) on both; ``q, k, v = (xc @ w1).split(...)``;
+    ``qc, kc = q.clone(), k.clone()``; the in-place rotary op on both;
+    ``softmax(qc @ kc.t()) @ v @ w2`` and ``rc`` go to the next layer. No clone's
+    users pile up, so vLLM's pass is linear here (unlike :func:`build_transformer_graph`).
+    ``method`` as in :func:`build_transformer_graph`: ``"make_fx"`` traces the whole
+    model, ``"replicate"`` one layer copied by graph surgery (the same graph).
+
+    Examples
+    --------
+    >>> gm, inputs = build_shared_weight_graph(2)
+    >>> out, res = gm(*inputs())
+    >>> tuple(out.shape), tuple(res.shape)
+    ((8, 64), (8, 64))
+    """
+    if layers < 1:
+        raise ValueError(f"layers must be >= 1, got {layers}")
+    mode = FakeTensorMode()
+    fake = _shared_fake(mode)
+
+    def model(x: Tensor, res: Tensor, *shared: Tensor) -> tuple[Tensor, Tensor]:
+        for _ in range(layers):
+            x, res = _shared_layer(x, res, *shared)
+        return x, res
+
+    if method == "make_fx":
+        gm = make_fx(model, tracing_mode="fake")(*fake)
+    elif method == "replicate":
+        template = make_fx(_shared_layer, tracing_mode="fake")(*fake)
+        gm = _replicate_layers(
+            template, mode, fake, layers, carried=2, bind=lambda i, state, inputs: [*state, *inputs[2:]]
+        )
+    else:
+        raise ValueError(f"method must be 'replicate' or 'make_fx', got {method!r}")
+
+    def inputs() -> list[Tensor]:
+        gen = torch.Generator().manual_seed(seed)
+        return [torch.randn(v.shape, generator=gen) * (v.shape[0] ** -0.5 if v.dim() == 2 else 1.0) for v in fake]
+
+    return gm, inputs
+
+
+#: Per-layer node count of the shared-weight decoder (checked by the smoke test).
+SHARED_NODES_PER_LAYER = 16
+_SHARED_FIXED_NODES = 8  # seven placeholders and the output
+
+
+def shared_layers_for_nodes(nodes: int) -> int:
+    """Layer count whose shared-weight graph has about ``nodes`` nodes.
+
+    Examples
+    --------
+    >>> shared_layers_for_nodes(16000)
+    1000
+    """
+    return max(1, round((nodes - _SHARED_FIXED_NODES) / SHARED_NODES_PER_LAYER))
 
 
 def _storage_key(t: Tensor) -> int:

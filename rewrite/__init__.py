@@ -3,11 +3,14 @@
 - :func:`eliminate_clones` removes every ``clone`` the program does not need
   and none it does, and reports a :class:`Decision` with a :class:`Reason`
   for each candidate;
-- :func:`plan_clone_elimination` (pure) and :func:`apply_decisions` (the only
-  graph mutation) are its two halves, for pipelines that want to inspect or
-  filter decisions in between;
+- :func:`plan_clone_elimination` (pure) and :func:`apply_decisions` (the one
+  applier of decisions; the lowering and the hazard guard mutate graphs too,
+  docs/DESIGN.md lists who does) are its two halves, for pipelines that want to
+  inspect or filter decisions in between;
 - :mod:`rewrite.testing` has the real-execution equivalence oracle and the
-  property-based fuzzer; :mod:`rewrite.inductor` the torch.compile adapter.
+  property-based fuzzer (the fuzzer needs Hypothesis, the ``test`` extra);
+  :mod:`rewrite.inductor` the torch.compile adapter; :mod:`rewrite.errors` every
+  exception class of the package.
 
 Example
 -------

@@ -1,4 +1,4 @@
-"""The one place that mutates a graph: apply clone-removal decisions, then verify."""
+"""Apply clone-removal decisions to a graph, then verify: the one place the planner's decisions become graph edits."""
 
 from __future__ import annotations
 

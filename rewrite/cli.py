@@ -58,7 +58,8 @@ import torch.fx
 
 from aliasing import AliasingError, RenderingError, analyze, graphviz_available, render_dot, save_timeline
 from rewrite import eliminate_clones
-from rewrite.errors import NotEquivalent
+from rewrite.copying import copy_program
+from rewrite.errors import DemoFailed, NotEquivalent, OracleError, UsageError
 from rewrite.examples import DEMO_DONATED_INPUTS, TracingMode, demo_block, trace_demo
 from rewrite.explain import (
     Explanation,
@@ -71,7 +72,7 @@ from rewrite.explain import (
     load_program,
     save_program,
 )
-from rewrite.testing import OracleError, check_equivalent, copy_program
+from rewrite.testing.equivalence import check_equivalent
 
 __all__ = ["ProgressReporter", "build_parser", "count_clones", "main", "run_demo", "version_text"]
 
@@ -82,14 +83,6 @@ EQUIVALENCE_TRIALS: int = 3
 PROGRESS_AFTER_S: float = 1.0
 
 _CLONE_OPS = (torch.ops.aten.clone.default, torch.ops.aten._to_copy.default)
-
-
-class DemoFailed(Exception):
-    """A step of the demo failed; the message says which and why."""
-
-
-class UsageError(Exception):
-    """A path or an argument is wrong; nothing was done."""
 
 
 def count_clones(gm: torch.fx.GraphModule) -> int:

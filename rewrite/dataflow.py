@@ -231,7 +231,7 @@ _CHECKS = frozenset(
 )
 
 
-def is_side_effectful(node: torch.fx.Node) -> bool:
+def is_side_effectful(node: torch.fx.Node, cache: dict[object, bool] | None = None) -> bool:
     """Whether ``node`` does something beyond computing its result and writing its arguments.
 
     True for what ``Node.is_impure()`` calls impure for any reason other than
@@ -251,10 +251,22 @@ def is_side_effectful(node: torch.fx.Node) -> bool:
     >>> gm = make_fx(lambda x: torch._assert_async(x.add_(1).all()), tracing_mode="fake")(torch.ones(2))
     >>> [(n.name, is_side_effectful(n)) for n in gm.graph.nodes if n.op == "call_function"]
     [('add_', False), ('all_1', False), ('_assert_async', True)]
+
+    ``cache`` (a dict the caller keeps for one planning run) remembers the answer
+    per ``OpOverload`` target, for which it depends on the target alone.
     """
     if node.op not in ("call_function", "call_method"):
         return node.op == "call_module"
     target = node.target
+    if cache is not None and node.op == "call_function" and isinstance(target, torch._ops.OpOverload):
+        hit = cache.get(target)
+        if hit is None:
+            hit = cache[target] = _side_effectful(node, target)
+        return hit
+    return _side_effectful(node, target)
+
+
+def _side_effectful(node: torch.fx.Node, target: object) -> bool:
     if node.op == "call_function" and (
         target is torch.ops.higher_order.with_effects or target in torch.fx.node._side_effectful_functions
     ):
@@ -280,9 +292,9 @@ def is_side_effectful(node: torch.fx.Node) -> bool:
     return impure and not (op is not None and target is op and op._schema.is_mutable)
 
 
-def _pure(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
+def _pure(analysis: AliasAnalysis, node: torch.fx.Node, cache: dict[object, bool] | None = None) -> bool:
     """A call that writes nothing, is not opaque and has no side effect (:func:`is_side_effectful`)."""
-    if node.op not in ("call_function", "call_method") or is_side_effectful(node):
+    if node.op not in ("call_function", "call_method") or is_side_effectful(node, cache):
         return False
     effect = analysis.effect_of(node)
     return effect is not None and not effect.unknown and not effect.writes
@@ -316,8 +328,9 @@ class Liveness:
         self.analysis = analysis
         self.dead: set[torch.fx.Node] = set()
         self.relevant: set[torch.fx.Node] = set()  # dead nodes whose values may reach a raise
+        self._effectful: dict[object, bool] = {}  # is_side_effectful per OpOverload target
         for node in reversed(analysis.nodes):
-            if _pure(analysis, node) and all(u in self.dead for u in node.users):
+            if _pure(analysis, node, self._effectful) and all(u in self.dead for u in node.users):
                 self._mark(node, node.users)
 
     def _mark(self, node: torch.fx.Node, users: Iterable[torch.fx.Node]) -> None:
@@ -338,7 +351,7 @@ class Liveness:
         frontier = [arg for n in nodes for arg in n.all_input_nodes]
         while frontier:
             node = frontier.pop()
-            if node in self.dead or not _pure(self.analysis, node):
+            if node in self.dead or not _pure(self.analysis, node, self._effectful):
                 continue
             remaining = users(node)
             if all(u in self.dead for u in remaining):
@@ -431,9 +444,16 @@ def _recorded_by_liar(analysis: AliasAnalysis, node: torch.fx.Node) -> torch.fx.
     liars = _LIARS.get(analysis)
     if liars is None:
         liars = {}
+        divergent: dict[int, bool] = {}  # per op, by identity
         for n in analysis.nodes:
             op = op_of(n)
-            if op is not None and fake_layout_divergent(str(op)):
+            lies = False
+            if op is not None:
+                hit = divergent.get(id(op))
+                if hit is None:
+                    hit = divergent[id(op)] = fake_layout_divergent(str(op))
+                lies = hit
+            if lies:
                 liars[n] = n
                 continue
             source = next((liars[a] for a in _arg_nodes(n) if a in liars), None)

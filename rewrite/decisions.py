@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import torch.fx
 
 __all__ = ["CloneEliminationReport", "Decision", "Reason"]
 
@@ -157,6 +161,33 @@ class CloneEliminationReport:
     notes: tuple[str, ...] = field(default=())
     #: names of the nodes the analysis could not see into (answered conservatively)
     opaque: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def internal_error(
+        cls, candidates: Iterable[torch.fx.Node], message: str, opaque: Iterable[str] = ()
+    ) -> CloneEliminationReport:
+        """The report of a run that failed internally: every candidate kept with :attr:`Reason.INTERNAL_ERROR`.
+
+        Each decision names the candidate node, its first argument as the
+        original, and no evidence; ``error`` is ``message``; ``opaque`` are the
+        names of the nodes the analysis could not see into, when it got that far.
+
+        Examples
+        --------
+        >>> import torch
+        >>> gm = torch.fx.symbolic_trace(lambda x: x.clone() + 1)
+        >>> clone = next(n for n in gm.graph.nodes if n.op == "call_method")
+        >>> report = CloneEliminationReport.internal_error([clone], "RuntimeError: boom")
+        >>> report.kept, report.removed, report.error
+        (('clone',), (), 'RuntimeError: boom')
+        >>> report.decision("clone").reason is Reason.INTERNAL_ERROR, report.decision("clone").original
+        (True, 'x')
+        """
+        return cls(
+            tuple(Decision(n.name, "keep", Reason.INTERNAL_ERROR, (), str(n.args[0])) for n in candidates),
+            message,
+            opaque=tuple(opaque),
+        )
 
     @property
     def removed(self) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from aliasing.errors import AliasingError
 from aliasing.target import Target as ResolvedTarget
 from aliasing.target import check_donated_inputs, resolve_target
 from rewrite.apply import apply_decisions
-from rewrite.decisions import CloneEliminationReport, Decision, Reason
+from rewrite.decisions import CloneEliminationReport
 from rewrite.errors import RewriteError
 from rewrite.planner import check_refinements, is_clone_candidate, plan_clone_elimination
 
@@ -178,12 +178,7 @@ def _eliminate(
                 raise
             raise RewriteError(f"clone elimination failed: {type(e).__name__}: {e}") from e
         log.warning("clone elimination failed, keeping every clone: %s: %s", type(e).__name__, e)
-        message = f"{type(e).__name__}: {e}"
-        return CloneEliminationReport(
-            tuple(Decision(n.name, "keep", Reason.INTERNAL_ERROR, (), str(n.args[0])) for n in candidates),
-            message,
-            opaque=opaque,
-        )
+        return CloneEliminationReport.internal_error(candidates, f"{type(e).__name__}: {e}", opaque)
     if replaced:
         if isinstance(target, torch.export.ExportedProgram):
             _rename_exported_outputs(target, replaced)

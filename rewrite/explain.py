@@ -66,9 +66,10 @@ import torch.fx
 from aliasing import AliasAnalysis, analyze, plot_timeline, to_dot, warnings_once
 from aliasing.errors import AliasingError
 from aliasing.roles import CALLER_VISIBLE
+from rewrite.copying import copy_program
 from rewrite.decisions import CloneEliminationReport
 from rewrite.eliminate import eliminate_clones
-from rewrite.testing import copy_program
+from rewrite.errors import ProgramFileError
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -101,10 +102,6 @@ Phase = Callable[[str], contextlib.AbstractContextManager[None]]
 
 def _quiet(label: str) -> contextlib.AbstractContextManager[None]:
     return contextlib.nullcontext()
-
-
-class ProgramFileError(AliasingError):
-    """A file is not a program saved with ``torch.export.save``, or cannot be read or written."""
 
 
 # --- text ---------------------------------------------------------------------

@@ -134,7 +134,7 @@ import torch.utils._pytree as pytree
 
 from aliasing import AliasAnalysis, analyze
 from aliasing.effects import SINGLE
-from aliasing.facts import known_equal, meta_value
+from aliasing.facts import known_equal, meta_value, same_region
 from aliasing.regions import Region, regions_may_overlap
 from rewrite.lowering.builder import (
     Builder,
@@ -148,6 +148,7 @@ from rewrite.lowering.builder import (
     undo,
     view_chain,
 )
+from rewrite.lowering.scatter import SCATTER_VIEWS
 
 __all__ = [
     "ALL_HAZARDS",
@@ -413,12 +414,6 @@ def _flat_args(out: torch.fx.Node | None) -> list[Any]:
 # ---------------------------------------------------------------------------
 # helpers over the analysis
 
-_SCATTER_VIEWS: dict[Any, Any] = {
-    aten.slice_scatter.default: aten.slice.Tensor,
-    aten.select_scatter.default: aten.select.int,
-    aten.diagonal_scatter.default: aten.diagonal.default,
-    aten.as_strided_scatter.default: aten.as_strided.default,
-}
 _INDEX_PUTS = frozenset({aten.index_put.default, aten._unsafe_index_put.default})
 #: Scatters Inductor always lowers as a mutation (``_ALWAYS_MUTATING_SCATTER_OPS``' views).
 _ALWAYS_MUTATING = frozenset({aten.diagonal_scatter.default, aten.as_strided_scatter.default})
@@ -515,16 +510,6 @@ def _nbytes(n: torch.fx.Node) -> int | None:
 
 def _region_of_value(t: torch.Tensor) -> Region:
     return Region(t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.element_size())
-
-
-def _same_region(x: Region, y: Region) -> bool:
-    return (
-        x.itemsize == y.itemsize
-        and known_equal(x.offset, y.offset)
-        and len(x.sizes) == len(y.sizes)
-        and all(known_equal(p, q) for p, q in zip(x.sizes, y.sizes))
-        and all(known_equal(p, q) or known_equal(s, 1) for p, q, s in zip(x.strides, y.strides, x.sizes))
-    )
 
 
 def _builder(graph: torch.fx.Graph) -> Builder:
@@ -779,10 +764,10 @@ class Reinplacing:
 def _fused_inner(n: torch.fx.Node) -> torch.fx.Node | None:
     """The scatter ``n``'s source is, when Inductor fuses the two (``canonicalize_view_scatter_ops``)."""
     src = n.args[1] if len(n.args) > 1 else None
-    if not isinstance(src, torch.fx.Node) or src.target not in _SCATTER_VIEWS or not src.args:
+    if not isinstance(src, torch.fx.Node) or src.target not in SCATTER_VIEWS or not src.args:
         return None
     inner_inp = src.args[0]
-    view = _SCATTER_VIEWS[n.target]
+    view = SCATTER_VIEWS[n.target]
     if (
         isinstance(inner_inp, torch.fx.Node)
         and inner_inp.target is view
@@ -864,7 +849,7 @@ def predict_reinplacing(a: AliasAnalysis, model: InductorModel | None = None) ->
             first_write_back.setdefault(n.args[0], n)  # type: ignore[arg-type]
     inner_of_fused: set[torch.fx.Node] = set()  # scatters Inductor fuses into the scatter of their result
     for n in a.nodes:
-        if n.op == "call_function" and n.target in _SCATTER_VIEWS:
+        if n.op == "call_function" and n.target in SCATTER_VIEWS:
             inner = _fused_inner(n)
             while inner is not None:
                 inner_of_fused.add(inner)
@@ -873,7 +858,7 @@ def predict_reinplacing(a: AliasAnalysis, model: InductorModel | None = None) ->
     for n in a.nodes:
         if n.op != "call_function" or not n.args or not isinstance(n.args[0], torch.fx.Node):
             continue
-        is_scatter = n.target in _SCATTER_VIEWS
+        is_scatter = n.target in SCATTER_VIEWS
         if not is_scatter and n.target not in _INDEX_PUTS:
             continue
         if n in inner_of_fused:
@@ -915,7 +900,7 @@ def _written_region(scatters: list[torch.fx.Node]) -> Region | None:
     try:
         with mode if mode is not None else nullcontext():
             for s in scatters:
-                view = _SCATTER_VIEWS[s.target]
+                view = SCATTER_VIEWS[s.target]
                 t = view(t, *s.args[2:], **s.kwargs)
     except Exception:
         return None
@@ -977,9 +962,9 @@ def _reads_elsewhere(a: AliasAnalysis, r: Reinplacing, model: InductorModel) -> 
             same = False
             if ut is not None and vt is not None and tuple(ut.shape) == tuple(vt.shape):
                 if _is_pure_view(a, u):
-                    same = _same_region(_region_of_value(ut), _region_of_value(vt))
+                    same = same_region(_region_of_value(ut), _region_of_value(vt))
                 elif isinstance(u.target, torch._ops.OpOverload) and torch.Tag.pointwise in u.target.tags:
-                    same = _same_region(
+                    same = same_region(
                         Region(0, tuple(ut.shape), tuple(ut.stride()), 1), Region(0, tuple(vt.shape), tuple(vt.stride()), 1)
                     )
             todo.append((u, remapped or not same))
@@ -1087,7 +1072,7 @@ def _overlaps_destination(a: AliasAnalysis, r: Reinplacing) -> bool:
     if sr is None:
         return True
     dest = r.region
-    if _same_region(sr, dest):
+    if same_region(sr, dest):
         return False  # a copy of a region onto itself reads each element where it writes it
     return regions_may_overlap(sr, dest)
 
@@ -1132,7 +1117,7 @@ def guard_inductor_hazards(
 def _has_inductor_hazard_nodes(graph: torch.fx.Graph) -> bool:
     """Scatters and index_puts (H2-H5) or dtype views (H6)."""
     return any(
-        graph.find_nodes(op="call_function", target=t) for t in (*_SCATTER_VIEWS, *_INDEX_PUTS, aten.view.dtype)
+        graph.find_nodes(op="call_function", target=t) for t in (*SCATTER_VIEWS, *_INDEX_PUTS, aten.view.dtype)
     )
 
 

@@ -34,9 +34,10 @@ import io
 import re
 import time
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+import torch.fx
 
 from aliasing import RenderingError, graphviz_available, render_dot
 from aliasing.storage_graph import reason_text
@@ -44,10 +45,33 @@ from aliasing.storage_graph import reason_text
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from rewrite.decisions import Decision
-    from rewrite.explain import Explanation
+    from aliasing import AliasAnalysis
+    from rewrite.decisions import CloneEliminationReport, Decision
 
-__all__ = ["MAX_CLOSE_UPS", "render_html"]
+__all__ = ["MAX_CLOSE_UPS", "ExplainedProgram", "render_html"]
+
+
+class ExplainedProgram(Protocol):
+    """What :func:`render_html` reads: the part of :class:`rewrite.explain.Explanation` a page shows.
+
+    :mod:`rewrite.explain` imports this module to render its explanations; this
+    protocol keeps the import one-way.
+    """
+
+    @property
+    def analysis(self) -> AliasAnalysis: ...
+    @property
+    def report(self) -> CloneEliminationReport: ...
+    @property
+    def rewritten(self) -> Any: ...
+    @property
+    def donated_inputs(self) -> tuple[int, ...]: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def graph_module(self) -> torch.fx.GraphModule: ...
+    def timeline(self, **kwargs: Any) -> Figure: ...
+    def dot(self, **kwargs: Any) -> str: ...
 
 #: Close-ups (timeline and graph around one clone) in a report; kept clones come first.
 MAX_CLOSE_UPS: int = 12
@@ -95,7 +119,7 @@ def _img(data: bytes, alt: str, mime: str = "image/svg+xml") -> str:
     return f'<div class="picture"><img alt="{_e(alt)}" src="{_data_uri(mime, data)}"></div>'
 
 
-def _timeline(explanation: Explanation, alt: str, **kwargs: object) -> str:
+def _timeline(explanation: ExplainedProgram, alt: str, **kwargs: object) -> str:
     try:
         figure = explanation.timeline(**kwargs)
     except RenderingError as exc:
@@ -103,7 +127,7 @@ def _timeline(explanation: Explanation, alt: str, **kwargs: object) -> str:
     return _img(_svg_of(figure), alt)
 
 
-def _graph(explanation: Explanation, alt: str, **kwargs: object) -> str:
+def _graph(explanation: ExplainedProgram, alt: str, **kwargs: object) -> str:
     source = explanation.dot(**kwargs)
     if graphviz_available():
         try:
@@ -146,7 +170,7 @@ def _marked_code(code: str, decisions: tuple[Decision, ...]) -> str:
     return "\n".join(out)
 
 
-def _summary(explanation: Explanation) -> str:
+def _summary(explanation: ExplainedProgram) -> str:
     analysis, report = explanation.analysis, explanation.report
     gm = explanation.graph_module
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -171,7 +195,7 @@ def _summary(explanation: Explanation) -> str:
     return f"<table>{body}</table>"
 
 
-def _accesses(explanation: Explanation) -> str:
+def _accesses(explanation: ExplainedProgram) -> str:
     analysis = explanation.analysis
     parts = []
     for sid in analysis.storages:
@@ -194,12 +218,12 @@ def _accesses(explanation: Explanation) -> str:
     return "\n".join(parts)
 
 
-def render_html(explanation: Explanation, *, title: str | None = None) -> str:
+def render_html(explanation: ExplainedProgram, *, title: str | None = None) -> str:
     """The report page of an explanation (module docstring), as one string.
 
     Parameters
     ----------
-    explanation : Explanation
+    explanation : ExplainedProgram
         From :func:`rewrite.explain.explain`.
     title : str, optional
         The page's title; ``"fx-aliasing: <name>"`` by default.
@@ -300,9 +324,9 @@ def _graph_code(program: object) -> str:
     return ""
 
 
-def _in_graph(explanation: Explanation, name: str) -> bool:
+def _in_graph(explanation: ExplainedProgram, name: str) -> bool:
     return any(n.name == name for n in explanation.analysis.nodes)
 
 
-def _present(explanation: Explanation, names: tuple[str, ...]) -> list[str]:
+def _present(explanation: ExplainedProgram, names: tuple[str, ...]) -> list[str]:
     return [n for n in names if _in_graph(explanation, n)]

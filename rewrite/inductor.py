@@ -79,6 +79,7 @@ from rewrite.guard import (
     protected_nodes,
 )
 from rewrite.lowering import PipelineReport, lower_and_eliminate
+from rewrite.lowering.reports import log_pipeline_report
 
 __all__ = [
     "CloneEliminationPass",
@@ -511,20 +512,7 @@ def _log_guard(report: GuardReport) -> None:
 def _log_report(report: PipelineReport) -> None:
     _count(_REMOVED, len(report.removed))
     _count(_KEPT, len(report.kept))
-    if log.isEnabledFor(logging.DEBUG):
-        for low in report.lowering.lowered:
-            log.debug("lowered %s (%s) -> %s, clones %s", low.node, low.kind, low.call, ", ".join(low.clones))
-        for sk in report.lowering.skipped:
-            log.debug("not lowered %s (%s): %s", sk.node, sk.kind, sk.reason)
-        for i, rep in enumerate(report.eliminations):
-            for d in rep.decisions:
-                cond = f"{d.reason.condition} " if d.reason.condition else ""
-                log.debug(
-                    "round %d: %s %s (%s): %s%s %s", i + 1, d.action, d.node, d.original, cond, d.reason, ", ".join(d.evidence)
-                )
-        for name in report.dropped_copies:
-            log.debug("dropped self-copy %s", name)
-    log.info("%s", report.summary())
+    log_pipeline_report(report, log, dialect="inductor")
     try:
         torch._logging.trace_structured(  # type: ignore[attr-defined]  # re-exported without __all__
             "artifact",

@@ -179,7 +179,7 @@ import torch.fx
 from aliasing import Access, AliasAnalysis, Region, Role, regions_may_overlap
 from aliasing.analysis import UNKNOWN_STORAGE
 from aliasing.errors import AliasingError
-from aliasing.facts import TensorFacts, known_equal, same_layout
+from aliasing.facts import TensorFacts, known_equal, same_layout, same_region
 from aliasing.roles import CALLER_VISIBLE
 from rewrite.dataflow import (
     Liveness,
@@ -375,10 +375,7 @@ class _State:
 
 
 def _single_storage(analysis: AliasAnalysis, node: torch.fx.Node) -> str | None:
-    pts = analysis.storage_of(node)
-    if len(pts) != 1 or UNKNOWN_STORAGE in pts:
-        return None
-    return next(iter(pts))
+    return analysis.single_storage(node)
 
 
 def _after(cls: _Class, position: int, removed: set[torch.fx.Node]) -> Iterable[Access]:
@@ -395,16 +392,8 @@ def _overlaps(x: Region | None, y: Region | None) -> bool:
 
 
 def _same_region(x: Region | None, y: Region | None) -> bool:
-    """True when two regions provably cover the same elements in the same order."""
-    if x is None or y is None:
-        return False
-    return (
-        x.itemsize == y.itemsize
-        and len(x.sizes) == len(y.sizes)
-        and known_equal(x.offset, y.offset)
-        and all(known_equal(p, q) for p, q in zip(x.sizes, y.sizes))
-        and all(known_equal(p, q) or known_equal(n, 1) for p, q, n in zip(x.strides, y.strides, x.sizes))
-    )
+    """True when two known regions provably cover the same elements in the same order."""
+    return x is not None and y is not None and same_region(x, y)
 
 
 def _identical(x: Region | None, y: Region | None) -> bool:

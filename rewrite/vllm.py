@@ -65,6 +65,7 @@ import torch.fx
 
 from rewrite.inductor import library_source_hash
 from rewrite.lowering import PipelineReport, lower_and_eliminate
+from rewrite.lowering.reports import log_pipeline_report
 
 
 @contextlib.contextmanager
@@ -204,33 +205,7 @@ class CloneEliminationPass(VllmInductorPass):
 
 
 def _log_report(pass_name: str, report: PipelineReport) -> None:
-    if logger.isEnabledFor(logging.DEBUG):
-        for low in report.lowering.lowered:
-            logger.debug("Lowered %s (%s) into %s with clones %s", low.node, low.kind, low.call, ", ".join(low.clones))
-        for rep in report.eliminations:
-            for d in rep.decisions:
-                if d.action == "remove":
-                    what = "copy" if d.reason.is_copy_reason else "clone"
-                    logger.debug("Node %s is a redundant %s of %s, removing it (%s)", d.node, what, d.original, d.reason)
-        last = report.eliminations[-1].decisions if report.eliminations else ()
-        for d in last:
-            if d.action == "keep" and not d.reason.is_copy_reason:
-                logger.debug(
-                    "Clone removal not possible, node=%s original_node=%s: %s (evidence: %s)",
-                    d.node,
-                    d.original,
-                    d.reason.description,
-                    ", ".join(d.evidence) or "-",
-                )
-    if report.error:
-        logger.warning("%s stopped early, every step so far is sound: %s", pass_name, report.error)
-    logger.debug(
-        "%s removed %d clone nodes, kept %d, dropped %d self-copies",
-        pass_name,
-        len(report.removed),
-        len(report.kept),
-        len(report.dropped_copies),
-    )
+    log_pipeline_report(report, logger, dialect="vllm", pass_name=pass_name)
 
 
 def install() -> None:

@@ -189,6 +189,7 @@ def post_grad() -> PostGrad:
     return capture.analyses[0], capture.copies[0], inputs, result
 
 
+@pytest.mark.integration
 def test_inductor_post_grad_graph(post_grad: PostGrad) -> None:
     analysis, gm, inputs, compiled_result = post_grad
     expected = _compiled_program(*[t.clone() for t in inputs])

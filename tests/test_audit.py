@@ -45,18 +45,21 @@ def report() -> AuditReport:
     return audit(SLICE, max_samples=5, export_samples=2, sample_timeout=60)
 
 
+@pytest.mark.slow  # the audit slice of the module fixture (about 45 s)
 def test_slice_has_no_violation(report: AuditReport) -> None:
     details = "\n\n".join(f"{r.op} {r.variant} {r.sample} {r.tracer}: {r.message}" for r in report.violations)
     assert report.violations == (), details
     assert report.summary()["violations"] == 0
 
 
+@pytest.mark.slow  # the audit slice of the module fixture (about 45 s)
 def test_slice_covers_every_variant_and_tracer(report: AuditReport) -> None:
     passed = {(r.variant, r.tracer) for r in report.passes}
     assert passed == {(v, t) for v in VARIANTS for t in TRACERS}
     assert {r.op for r in report.results} == set(audited_ops(SLICE)) - set(report.not_run)
 
 
+@pytest.mark.slow  # the audit slice of the module fixture (about 45 s)
 def test_skips_have_reasons_and_never_count_as_passes(report: AuditReport) -> None:
     summary = report.summary()
     assert summary["samples"] == summary["passes"] + summary["violations"] + summary["skipped"]
@@ -70,6 +73,7 @@ def test_skips_have_reasons_and_never_count_as_passes(report: AuditReport) -> No
     assert report.not_run == {"nn.functional.batch_norm.without_cudnn": "no CPU dtype"}
 
 
+@pytest.mark.slow  # the audit slice of the module fixture (about 45 s)
 def test_batch_norm_train_mode_with_running_stats_is_checked_by_both_tracers(report: AuditReport) -> None:
     def passing(op: str, tracer: str, graph_op: str) -> list[str]:
         return [
@@ -86,6 +90,7 @@ def test_batch_norm_train_mode_with_running_stats_is_checked_by_both_tracers(rep
     assert passing("native_batch_norm", "make_fx", "aten.native_batch_norm.out")
 
 
+@pytest.mark.slow  # the audit slice of the module fixture (about 45 s)
 def test_imprecision_is_counted(report: AuditReport) -> None:
     ops = report.per_op()
     # an out= tensor of the wrong size makes its value "unknown storage": claims that never happen
@@ -94,6 +99,7 @@ def test_imprecision_is_counted(report: AuditReport) -> None:
     assert report.summary()["imprecise_ops"] == sum(1 for v in ops.values() if sum(v["imprecise_claims"].values()))
 
 
+@pytest.mark.slow  # the audit slice of the module fixture (about 45 s)
 def test_reports_serialise(report: AuditReport, tmp_path: Path) -> None:
     data = json.loads(json.dumps(report.to_json()))
     assert data["summary"]["violations"] == 0 and set(data["ops"]) >= {"add", "nn.functional.batch_norm"}

@@ -28,7 +28,7 @@ from benchmarks.synthetic import (
     layers_for_nodes,
 )
 from rewrite.errors import RewriteError
-from rewrite.testing import check_equivalent
+from rewrite.testing import check_equivalent, copy_program
 from rewrite.testing.broken import output_only_clone_elimination, plan_output_only, remove_clones
 
 CLONE = torch.ops.aten.clone.default
@@ -198,18 +198,46 @@ def test_compare_on_programs() -> None:
     assert by_name["two_clones_written"]["baseline"]["rejected_alone"] == {}
 
 
+@pytest.mark.slow  # the whole benchmark at tiny sizes
 def test_main_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "sub" / "scaling.json"
     args = ["--sizes", "80,140", "--repeats", "1", "--check-size", "70", "--out", str(out)]
     assert scaling.main(args) == 0
     data = json.loads(out.read_text())
-    assert [s["layers"] for s in data["sizes"]] == [1, 2]
-    assert data["summary"]["cpu"]["largest_nodes"] == data["sizes"][1]["nodes"]
-    assert set(data["summary"]) == {"cpu", "wall"}
+    assert [(s["shape"], s["layers"]) for s in data["sizes"]] == [("synthetic", 1), ("synthetic", 2), ("shared", 4), ("shared", 8)]
+    assert set(data["summary"]) == {"synthetic", "shared"}
+    for shape, summary in data["summary"].items():
+        assert set(summary) == {"cpu", "wall"}
+        rows = [s for s in data["sizes"] if s["shape"] == shape]
+        assert summary["cpu"]["largest_nodes"] == rows[1]["nodes"]
+        assert summary["cpu"]["analyze"]["ratio_to_meta_val"] > 0
     assert data["synthetic_comparison"]["ours"]["rejected"] is None
     assert data["program_totals"]["programs"] == len(PROGRAMS)
     printed = capsys.readouterr().out
     assert "| nodes |" in printed and "analyze:" in printed and "cpu time" in printed and "wall time" in printed
+
+
+def test_shared_weight_graph_replicates_the_trace_and_keeps_what_must_stay() -> None:
+    from benchmarks.synthetic import SHARED_NODES_PER_LAYER, build_shared_weight_graph, shared_layers_for_nodes
+
+    replicated, inputs = build_shared_weight_graph(3)
+    traced, _ = build_shared_weight_graph(3, method="make_fx")
+    assert len(replicated.graph.nodes) == 8 + 3 * SHARED_NODES_PER_LAYER == len(traced.graph.nodes)
+    assert [(n.name, n.target, str(n.args)) for n in replicated.graph.nodes] == [
+        (n.name, n.target, str(n.args)) for n in traced.graph.nodes
+    ]
+    for a, b in zip(replicated(*inputs()), traced(*inputs())):
+        assert torch.equal(a, b)
+    assert shared_layers_for_nodes(8 + 5 * SHARED_NODES_PER_LAYER) == 5
+    result = scaling.time_size(8 + 3 * SHARED_NODES_PER_LAYER, 1, shape="shared", with_vllm=False)
+    # per layer: the two layout-changing clones of q and k stay (C1); the clones of x and the
+    # residual stay in layer 0 (caller memory written) and go in the others
+    assert (result["clones"], result["eliminate"]["removed"], result["eliminate"]["kept"]) == (12, 4, 8)
+    rewritten = copy_program(replicated)
+    rewrite.eliminate_clones(rewritten)
+    check_equivalent(replicated, rewritten, inputs)
+    with pytest.raises(ValueError, match="shape"):
+        scaling.time_size(100, 1, shape="nope")
 
 
 def test_parse_size() -> None:
@@ -333,3 +361,130 @@ def test_copy_backs_into_inputs_checked_in_groups() -> None:
     )
     c = count_copies(src)
     assert (c.copy_backs, c.copy_back_bytes) == (1, 48)
+
+
+# --------------------------------------------------------------------------- the pass's share of torch.compile
+
+
+@pytest.mark.integration  # torch.compile
+def test_compile_share_times_our_pass_inside_a_cold_compile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One small model, one cold compile per configuration: the pass ran and took a share of the compile."""
+    from benchmarks import compile_share
+
+    out = tmp_path / "compile_share.json"
+    assert compile_share.main(["--models", "bert", "--repeats", "1", "--no-warmup", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    (row,) = data["models"]
+    assert row["model"] == "bert" and row["nodes"] > 0 and row["graphs"] >= 1
+    for clock in ("wall", "cpu"):
+        r = row[clock]
+        assert 0 < r["pass_s"] < r["compile_ours_s"] and 0 < r["share_pct"] < 100 and r["compile_stock_s"] > 0
+    assert [c["config"] for c in data["runs"]] == ["stock", "ours"]
+    assert "| bert |" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- the GPU benchmark
+
+
+def test_gpu_benchmark_skips_cleanly_without_cuda(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import gpu
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the benchmark would run")
+    out = tmp_path / "gpu.json"
+    assert gpu.main(["--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["skipped"] is True and "CUDA" in data["reason"]
+    assert capsys.readouterr().out.strip().splitlines() == [f"benchmarks.gpu: skipped: {data['reason']}"]
+
+
+@pytest.mark.integration  # torch.compile
+def test_gpu_benchmark_measures_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CUDA benchmark's measurement code on ``--device cpu`` at a tiny size (no memory column)."""
+    from benchmarks import gpu
+
+    out = tmp_path / "gpu.json"
+    args = ["--device", "cpu", "--layers", "1", "--hidden", "32", "--heads", "2", "--tokens", "8"]
+    assert gpu.main([*args, "--warmup", "1", "--runs", "3", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["skipped"] is False and data["machine"]["timer"] == "time.perf_counter"
+    results = {r["config"]: r for r in data["results"]}
+    assert list(results) == list(gpu.CONFIGS)
+    for name, r in results.items():
+        if r["skipped"]:
+            assert name == "vllm" and "vllm" in r["skipped"]
+            continue
+        assert len(r["runs_ms"]) == 3 and r["median_ms"] > 0 and r["peak_bytes"] is None
+        assert r["max_abs_diff"] < 1e-4, name
+        assert r["copies"]["copies"] > 0  # the layer's input clones, which the caller still owns
+    assert results["ours"]["copies"]["bytes"] <= results["stock"]["copies"]["bytes"]
+    printed = capsys.readouterr().out
+    assert "| stock |" in printed and "peak" not in printed
+
+
+def test_triton_module_read_as_cpp_for_the_copy_count() -> None:
+    """Inductor's Triton output: a clone, a select-copy into an input (a copy-back), arithmetic (no copy)."""
+    from benchmarks.gpu import bytes_copied
+
+    q = "'" * 3
+
+    def kernel(name: str, params: str, sig: str, body: str) -> str:
+        return (
+            f"{name} = async_compile.triton('{name}', {q}\nimport triton\n@triton_heuristics.pointwise(\n"
+            f"    triton_meta={{'signature': {{{sig}}}, 'device': DeviceProperties(type='cuda')}},\n)\n"
+            f"@triton.jit\ndef {name}({params}, XBLOCK : tl.constexpr):\n    xnumel = 64\n"
+            "    xoffset = tl.program_id(0) * XBLOCK\n    xindex = xoffset + tl.arange(0, XBLOCK)[:]\n"
+            f"    xmask = xindex < xnumel\n    x0 = xindex\n{body}{q}, device_str='cuda')\n"
+        )
+
+    src = (
+        kernel(
+            "triton_poi_fused_clone_0", "in_ptr0, out_ptr0, xnumel", "'in_ptr0': '*bf16', 'out_ptr0': '*bf16', 'xnumel': 'i32'",
+            "    tmp0 = tl.load(in_ptr0 + (x0), xmask).to(tl.float32)\n    tmp1 = tmp0.to(tl.bfloat16)\n"
+            "    tl.store(out_ptr0 + (x0), tmp1, xmask)\n",
+        )
+        + kernel(
+            "triton_poi_fused_copy_1", "in_ptr0, in_ptr1, out_ptr0, xnumel",
+            "'in_ptr0': '*fp32', 'in_ptr1': '*fp32', 'out_ptr0': '*fp32', 'xnumel': 'i32'",
+            "    tmp0 = x0 < 32\n    tmp1 = tl.load(in_ptr0 + (x0), tmp0 & xmask, other=0.0)\n"
+            "    tmp2 = tl.load(in_ptr1 + (x0), xmask)\n    tmp3 = tl.where(tmp0, tmp1, tmp2)\n"
+            "    tl.store(out_ptr0 + (x0), tmp3, xmask)\n",
+        )
+        + kernel(
+            "triton_poi_fused_add_2", "in_ptr0, out_ptr0, xnumel", "'in_ptr0': '*fp32', 'out_ptr0': '*fp32', 'xnumel': 'i32'",
+            "    tmp0 = tl.load(in_ptr0 + (x0), xmask)\n    tmp1 = 1.0\n    tmp2 = tmp0 + tmp1\n"
+            "    tl.store(out_ptr0 + (x0), tmp2, xmask)\n",
+        )
+        + "def call(args):\n"
+        "    arg0_1, arg1_1 = args\n"
+        "    assert_size_stride(arg0_1, (64, ), (1, ))\n"
+        "    assert_size_stride(arg1_1, (64, ), (1, ))\n"
+        "    with torch.cuda._DeviceGuard(0):\n"
+        "        buf0 = empty_strided_cuda((64, ), (1, ), torch.bfloat16)\n"
+        "        stream0 = get_raw_stream(0)\n"
+        "        triton_poi_fused_clone_0.run(arg0_1, buf0, 64, stream=stream0)\n"
+        "        buf1 = empty_strided_cuda((64, ), (1, ), torch.float32)\n"
+        "        triton_poi_fused_add_2.run(arg1_1, buf1, 64, grid=grid(64), stream=stream0)\n"
+        "        triton_poi_fused_copy_1.run(buf1, arg1_1, arg1_1, 64, stream=stream0)\n"
+        "    return (buf0, buf1, )\n"
+    )
+    c = bytes_copied([src])
+    assert (c["clones"], c["copy_backs"], c["copies_into"]) == (1, 1, 0)
+    assert c["bytes"] == 64 * 2 + 64 * 4 and not c["symbolic"]
+
+
+# --------------------------------------------------------------------------- campaigns
+
+
+@pytest.mark.integration  # fresh interpreters and worker processes
+def test_campaign_benchmark_gives_the_same_totals_in_and_out_of_process(tmp_path: Path) -> None:
+    """A tiny run of benchmarks.campaign's measurements: the soak rounds and the audit slice in this
+    process and in one worker process give the same totals, and the rows carry their times."""
+    from benchmarks import campaign
+
+    soaks = [campaign.time_soak(1, 2, 4, jobs, str(tmp_path / "repros")) for jobs in (None, 1)]
+    assert soaks[0]["totals"] == soaks[1]["totals"] and soaks[0]["totals"]["rounds"] == 1
+    assert all(r["programs"] >= 2 and r["programs_per_s"] > 0 and r["item_cpu_s"] > 0 for r in soaks)
+    audits = [campaign.time_audit(["abs"], 1, jobs) for jobs in (None, 1)]
+    assert audits[0]["totals"] == audits[1]["totals"] and audits[0]["totals"]["violations"] == 0
+    assert all(r["checks"] > 0 and r["items"] == 1 for r in audits)

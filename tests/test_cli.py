@@ -207,6 +207,7 @@ def test_demo_symbolic(capsys: pytest.CaptureFixture[str]) -> None:
     assert "equivalent: yes" in out
 
 
+@pytest.mark.integration
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:pydot.dot_parser")
 def test_demo_writes_dot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     dot_file = tmp_path / "demo.dot"
@@ -225,6 +226,7 @@ def test_demo_writes_dot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "KEPT: C3 clone-written-then-original-read" in source and "REMOVED: removable" in source
 
 
+@pytest.mark.integration
 def test_demo_writes_the_html_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("matplotlib", reason="the report's timeline needs matplotlib (the notebooks extra)")
     report = tmp_path / "demo.html"
@@ -234,6 +236,7 @@ def test_demo_writes_the_html_report(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["demo", "--html", str(tmp_path / "demo.txt")]) == 2  # checked before anything runs
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz 'dot' is not installed")
 def test_demo_dot_renders_to_png(tmp_path: Path) -> None:
     dot_file = tmp_path / "demo.dot"
@@ -323,6 +326,7 @@ def _user_folder(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+@pytest.mark.integration
 def test_console_script_imports_a_module_of_the_current_folder(tmp_path: Path) -> None:
     env = _user_folder(tmp_path)
     script = _console_script()
@@ -353,6 +357,7 @@ def test_a_damaged_program_is_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     assert len(err) == 1 and "the file is damaged or incomplete" in err[0] and "torch.export.save" in err[0]
 
 
+@pytest.mark.integration
 def test_python_dash_m() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "rewrite.cli", "demo", "--no-rewrite"],
@@ -396,6 +401,7 @@ def test_readme_has_python_examples() -> None:
     assert len(PYTHON_BLOCKS) >= 4
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "code", [code for _, code in PYTHON_BLOCKS], ids=[re.sub(r"\W+", "-", h).strip("-") for h, _ in PYTHON_BLOCKS]
 )

@@ -243,8 +243,8 @@ def test_returned_clone_of_value_returned_elsewhere() -> None:
     ids=["non-dense", "memory-format", "offset"],
 )
 def test_layout_changing_clone(make: Callable[[torch.Tensor], torch.Tensor], expected: tuple[str, Reason]) -> None:
-    """C1 refined: a change of strides or offset goes when no consumer observes it (issue 13:
-    the non-dense and offset cases were kept for C1 before)."""
+    """C1 refined: a change of strides or offset goes when no consumer observes it (the layout
+    refinement: the non-dense and offset cases go too, not only the dense ones)."""
 
     def f(x: torch.Tensor) -> torch.Tensor:
         return make(x + 1) * 2
@@ -425,7 +425,7 @@ def test_exported_program_returning_removed_clones_keeps_its_signature() -> None
 def test_removal_of_a_later_clone_unblocks_an_earlier_one() -> None:
     """Found by the soak campaign: the second clone of v0 was the read that kept the first;
     once it goes (it is dead), the first may go too, in the same run (C7 fixed point).
-    Since issue 13 the first goes at once: the second clone is a dead reader (C3 refined)."""
+    With the dead-reader refinement the first goes at once: the second clone is a dead reader (C3 refined)."""
 
     def f(x: torch.Tensor) -> tuple[torch.Tensor]:
         v0 = x + 1.0

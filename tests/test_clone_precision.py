@@ -1,4 +1,4 @@
-"""Golden decisions of the precision refinements of issue 13 (and torch-level clones, issue 14).
+"""Golden decisions of the precision refinements of the planner (and of torch-level clones).
 
 One section per capability of :mod:`rewrite.planner`: C1 refined (layout
 observability), liveness (dead readers and dead writers), element-exact
@@ -339,7 +339,7 @@ def test_partial_overlap_in_one_node_is_kept() -> None:
 
 
 def test_copy_back_becomes_a_self_copy_with_eliminate_clones_alone() -> None:
-    """Issue 13's vLLM-style copy-back: after removal the ``copy_`` copies a region onto itself."""
+    """A vLLM-style copy-back: after removal the ``copy_`` copies a region onto itself."""
 
     def f(x: torch.Tensor) -> torch.Tensor:
         y = x * 2
@@ -515,7 +515,7 @@ def test_layout_change_judged_through_a_read_only_body(
     assert _check(gm, _randn((5, 8)))[0] == {"clone_default": expected}
 
 
-# --- issue 14: torch-level clones of symbolic_trace graphs ---------------------------
+# --- torch-level clones of symbolic_trace graphs ------------------------------------
 
 
 def test_symbolic_trace_clones_are_candidates() -> None:
@@ -566,7 +566,7 @@ def test_lowered_v1_kv_pool_with_eliminate_clones_alone() -> None:
     """The lowering of ``auto_functionalized`` clones q and k of a KV pool (a graph input) and
     writes them back; ``eliminate_clones`` alone, without the pipeline's self-copy removal, removes
     every clone: the first copy-back of the pool is a value-preserving copy (C2-C5 refined), the
-    others fold (C8). Before issue 13 two clones stayed."""
+    others fold (C8). Without the value-preserving-copy refinement two clones would stay."""
     from torch._higher_order_ops.auto_functionalize import auto_functionalized
 
     from rewrite.lowering.functional import lower_functional_ops

@@ -378,6 +378,7 @@ def _region(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return x * y + 1
 
 
+@pytest.mark.integration
 def test_invoke_subgraph_from_an_inductor_post_grad_graph() -> None:
     captured: list[torch.fx.GraphModule] = []
 

@@ -22,7 +22,13 @@ def _modules() -> list[str]:
     return sorted(names)
 
 
-@pytest.mark.parametrize("name", _modules())
+#: Modules whose examples run for tens of seconds (fuzzing, audits, soak campaigns).
+SLOW_EXAMPLES = {"rewrite.testing.programs", "aliasing.audit", "rewrite.testing.soak"}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=[pytest.mark.slow] if n in SLOW_EXAMPLES else []) for n in _modules()]
+)
 def test_docstring_examples(name: str) -> None:
     if name == "rewrite.vllm" and importlib.util.find_spec("vllm") is None:
         pytest.skip("rewrite.vllm needs vLLM (the vllm extra, installed by .ci/run)")

@@ -273,6 +273,7 @@ def test_cli_rewrite_saves_a_program_without_the_clones(
     check_equivalent(load_program(program_file), load_program(out), _inputs(), donated_inputs=(4,))
 
 
+@pytest.mark.integration
 def test_cli_in_a_subprocess(program_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "out.pt2"
     result = subprocess.run(

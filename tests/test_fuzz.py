@@ -1,6 +1,6 @@
 """Property-based tests over random programs, and tests of the program generator itself.
 
-Properties (issue 5), each over programs drawn by ``rewrite.testing.programs``
+Properties, each over programs drawn by ``rewrite.testing.programs``
 (the number of examples follows the Hypothesis profile, ``ci`` by default):
 
 1. the analysis never claims "no alias", "no overlap" or "no writer" where a
@@ -146,6 +146,7 @@ def test_source_runs_and_retraces_to_the_same_graph(program: Program) -> None:
     assert namespace["DONATED_INPUTS"] == program.donated_inputs
 
 
+@pytest.mark.integration
 def test_source_is_standalone_in_a_fresh_interpreter(sample: list[Program]) -> None:
     program = next(
         p for p in sample if "fxa_fuzz.first_half" in p.function_source and "fxa_fuzz.mutate_two" in p.function_source
@@ -198,7 +199,7 @@ def test_placeholders_carry_fake_tensors_with_the_input_layout(sample: list[Prog
             )
 
 
-#: Regular expressions over ``function_source`` for every construct issue 5 lists.
+#: Regular expressions over ``function_source`` for every construct the generator promises to draw.
 CONSTRUCTS: dict[str, str] = {
     "view": r"\.view\(",
     "reshape": r"\.reshape\(",
@@ -240,12 +241,12 @@ CONSTRUCTS: dict[str, str] = {
     "native_batch_norm, eval mode": r"aten\.native_batch_norm\([^\n]*, False, 0\.\d, 1e-05\)",
     "norm with weight and bias": r"functional\.\w+_norm\(v\d+, \w+, [\w.()]+, (v|x)\d+, (v|x)\d+,",
     "_unsafe_view": r"aten\._unsafe_view\(",
-    # issue 13: what a precise pass must see through
+    # what a precise pass must see through
     "contiguous()": r"\.contiguous\(\)",
     "fill_": r"\.fill_\(",
 }
 
-#: Issue 13's patterns around a clone ``C = O.clone()``: regular expressions with ``{c}``/``{o}``
+#: The precision patterns around a clone ``C = O.clone()``: regular expressions with ``{c}``/``{o}``
 #: standing for the clone's and the original's names, matched after the clone's line.
 PRECISION_PATTERNS: dict[str, str] = {
     "same-element in-place op": r"{c}\.(mul|add)_\({o}\)|{o}\.add_\({c}\)",
@@ -274,8 +275,9 @@ def _clone_pairs(source: str) -> list[tuple[str, str, str, str]]:
     return [(m.group(1), m.group(2), m.group(3), source[m.end() :]) for m in re.finditer(pattern, source, re.M)]
 
 
+@pytest.mark.slow
 def test_programs_draw_the_precision_patterns() -> None:
-    """The generator is biased toward what issue 13 found a precise pass must see through
+    """The generator is biased toward the patterns a precise pass must see through
     (on seeded random draws: the derandomized ``sample`` favours a few of the patterns)."""
     sample = sample_programs(600, seed=13)
     found = dict.fromkeys(PRECISION_PATTERNS, 0)
@@ -580,6 +582,7 @@ def test_profiles_register() -> None:
     assert settings.get_profile("soak").max_examples == SOAK_SETTINGS.max_examples
 
 
+@pytest.mark.slow
 def test_symbolic_programs_have_symbolic_sizes_and_stay_sound() -> None:
     """``programs(tracing_mode="symbolic")``: the graphs carry SymInt sizes; eliminate_clones stays sound."""
 

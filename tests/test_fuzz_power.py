@@ -1,4 +1,4 @@
-"""The fuzzer's power (issue 5, property 4): it catches deliberately broken passes.
+"""The fuzzer's power: it catches deliberately broken passes.
 
 Each broken variant of clone elimination (``rewrite.testing.broken``: the
 library's pass with one of conditions C2, C3, C5, C6 not checked, and the
@@ -62,6 +62,7 @@ def caught(make_pass: PassFor) -> Callable[[Program], bool]:
     return predicate
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_fuzzer_catches_broken_variant(variant: str) -> None:
     make_pass = VARIANTS[variant]

@@ -39,6 +39,9 @@ import pytest
 from rewrite.examples import DEMO_DONATED_INPUTS, trace_demo
 from rewrite.explain import Explanation, explain
 
+#: The page in headless Chromium, pictures rendered by Graphviz and matplotlib.
+pytestmark = pytest.mark.integration
+
 pytest.importorskip("matplotlib", reason="matplotlib is not installed (the notebooks extra)")
 
 CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)

@@ -32,6 +32,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from rewrite.inductor import CloneEliminationPass, library_source_hash
 from rewrite.lowering import PipelineReport
 
+#: torch.compile with Inductor (and a Triton kernel in a subprocess)
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # --- custom ops ------------------------------------------------------------------------

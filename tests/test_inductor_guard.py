@@ -48,6 +48,9 @@ from aliasing.registry import torch_release
 from rewrite.guard import KNOWN_RELEASES, STOCK_MISCOMPILES, GuardReport
 from rewrite.inductor import CloneEliminationPass, JointGraphGuard, compile_options
 
+#: torch.compile with Inductor on every program
+pytestmark = pytest.mark.integration
+
 # --- custom ops ------------------------------------------------------------------------
 
 

@@ -1,18 +1,27 @@
 """The house rules, read from the source: one-way imports, confined dependencies, no meta writes.
 
 - the import graph of ``aliasing`` and ``rewrite`` modules has no cycle (imports
-  inside functions count; ``if TYPE_CHECKING:`` blocks do not, they never run);
+  inside functions count; ``if TYPE_CHECKING:`` blocks do not, they never run), and
+  none either when the ``if TYPE_CHECKING:`` imports are counted (types a module
+  needs from a module that imports it live below both, as protocols);
 - ``aliasing`` never imports ``rewrite``, and each ``aliasing`` module imports only
   modules of the layers above its own (the layers are listed in the package
   docstring of ``aliasing``);
 - only the adapters import ``torch._inductor`` (``rewrite/inductor.py``) or ``vllm``
   (``rewrite/vllm.py``);
-- no module writes ``node.meta``.
+- no module writes ``node.meta``;
+- Hypothesis is a test dependency only: the library, its command line and the
+  equivalence oracle import and run without it (checked in a subprocess where
+  ``import hypothesis`` fails).
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import networkx as nx
@@ -41,14 +50,17 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _runtime_imports(path: Path, module: str) -> set[str]:
-    """Absolute names of every module ``path`` imports at run time (relative imports resolved)."""
+def _runtime_imports(path: Path, module: str, *, type_checking: bool = False) -> set[str]:
+    """Absolute names of every module ``path`` imports at run time (relative imports resolved).
+
+    With ``type_checking`` the imports of ``if TYPE_CHECKING:`` blocks count too.
+    """
     tree = ast.parse(path.read_text(), filename=str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
             for child in node.orelse:
                 visit(child)
             return
@@ -68,12 +80,12 @@ def _runtime_imports(path: Path, module: str) -> set[str]:
     return found
 
 
-def _graph() -> nx.DiGraph:
+def _graph(*, type_checking: bool = False) -> nx.DiGraph:
     sources = _sources()
     g = nx.DiGraph()
     for module, path in sources.items():
         g.add_node(module)
-        for imported in _runtime_imports(path, module):
+        for imported in _runtime_imports(path, module, type_checking=type_checking):
             # "from aliasing import analyze" names the package; the package __init__ is the edge.
             target = imported
             while target and target not in sources:
@@ -86,6 +98,11 @@ def _graph() -> nx.DiGraph:
 def test_no_import_cycles() -> None:
     cycles = list(nx.simple_cycles(_graph()))
     assert cycles == [], f"import cycles: {cycles}"
+
+
+def test_no_import_cycles_through_type_checking_imports() -> None:
+    cycles = list(nx.simple_cycles(_graph(type_checking=True)))
+    assert cycles == [], f"import cycles (counting if TYPE_CHECKING: imports): {cycles}"
 
 
 def test_aliasing_never_imports_rewrite() -> None:
@@ -157,3 +174,77 @@ def test_nothing_writes_node_meta() -> None:
 
 def _is_meta(expr: ast.expr) -> bool:
     return isinstance(expr, ast.Attribute) and expr.attr == "meta"
+
+
+def test_hypothesis_is_only_a_test_dependency() -> None:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 and later
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = [d.split(">")[0].split("=")[0].split("<")[0].strip() for d in project["dependencies"]]
+    assert "hypothesis" not in names
+    assert any(d.startswith("hypothesis") for d in project["optional-dependencies"]["test"])
+
+
+#: Run with ``import hypothesis`` failing: every runtime module and the CLI's demo and ``rewrite --check``.
+_WITHOUT_HYPOTHESIS = """
+import contextlib, io, sys, tempfile
+from pathlib import Path
+sys.modules["hypothesis"] = None  # any import of hypothesis now raises ImportError
+
+import torch
+import aliasing, rewrite, rewrite.cli, rewrite.explain, rewrite.inductor
+from rewrite.testing import OracleError, check_analysis, check_equivalent, copy_program
+from rewrite.testing.equivalence import check_equivalent as same
+
+assert same is check_equivalent
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    rc = rewrite.cli.main(["demo", "--seed", "1"])  # traces, rewrites and checks equivalence
+assert rc == 0, out.getvalue()
+assert "equivalent: yes" in out.getvalue(), out.getvalue()
+
+class M(torch.nn.Module):
+    def forward(self, x):
+        return (x * 2).clone() + 1
+
+with tempfile.TemporaryDirectory() as tmp:
+    src, dst = Path(tmp, "p.pt2"), Path(tmp, "q.pt2")
+    torch.export.save(torch.export.export(M(), (torch.randn(4),)), src)
+    with contextlib.redirect_stdout(out):
+        rc = rewrite.cli.main(["rewrite", str(src), "-o", str(dst), "--check"])
+    assert rc == 0, out.getvalue()
+    assert "equivalent on the saved example inputs: yes" in out.getvalue(), out.getvalue()
+
+try:
+    from rewrite.testing import programs  # the fuzzer: needs hypothesis
+except ImportError:
+    pass
+else:
+    raise AssertionError("rewrite.testing.programs imported without hypothesis")
+loaded = sorted(m for m, mod in sys.modules.items() if mod is not None and m.split(".")[0] == "hypothesis")
+assert loaded == [], loaded
+print("ok")
+"""
+
+
+@pytest.mark.integration
+def test_runtime_modules_and_cli_run_without_hypothesis(tmp_path: Path) -> None:
+    script = tmp_path / "without_hypothesis.py"
+    script.write_text(textwrap.dedent(_WITHOUT_HYPOTHESIS))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().endswith("ok")
+
+
+def test_testing_package_keeps_its_names() -> None:
+    """Every name of ``rewrite.testing.__all__`` resolves (the fuzzer's lazily), and is what its module defines."""
+    import rewrite.testing as testing
+    from rewrite.copying import copy_program
+    from rewrite.testing import programs as programs_strategy
+    from rewrite.testing.programs import programs
+
+    assert all(getattr(testing, name) is not None for name in testing.__all__)
+    assert programs_strategy is programs and callable(programs_strategy)
+    assert testing.copy_program is copy_program

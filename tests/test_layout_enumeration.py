@@ -120,6 +120,7 @@ def _run(kind: str) -> tuple[int, int]:
     return with_removal, unobserved
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", INPUTS)
 def test_layout_changing_clones_against_real_execution(kind: str) -> None:
     with_removal, unobserved = _run(kind)

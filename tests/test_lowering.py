@@ -668,6 +668,7 @@ def _program(steps: list[tuple[str, object]], intermediate: bool, view: bool, re
     return f
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     steps=st.lists(_STEP, min_size=1, max_size=6),

@@ -32,6 +32,9 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
+#: runs the notebooks in a Jupyter kernel
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 KERNEL_NAME = "fx-aliasing-tests"

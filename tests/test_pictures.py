@@ -613,6 +613,7 @@ def _check_legible(fig: object) -> None:
         assert label.get_fontsize() >= MIN_FONT_PT
 
 
+@pytest.mark.integration
 def test_a_1000_node_program_gives_legible_pictures(big: tuple, tmp_path: Path) -> None:
     ep, analysis, report = big
     assert len(ep.graph.nodes) >= 1000

@@ -60,6 +60,9 @@ from benchmarks.vllm_comparison import EPS, PROGRAMS, VllmProgram, compare, prog
 from rewrite.testing import check_equivalent, copy_program
 from rewrite.vllm import CloneEliminationPass, donated_positions, install, uninstall
 
+#: Loads vLLM and compiles with its pass manager.
+pytestmark = pytest.mark.integration
+
 CLONE = torch.ops.aten.clone.default
 
 #: Clones our pass removes on each program (and keeps: the rest).

@@ -22,7 +22,8 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from aliasing.facts import has_meta, known_equal, meta_value
-from rewrite.errors import RewriteError
+from aliasing.regions import static_int
+from rewrite.errors import LoweringSkip
 
 __all__ = [
     "COMPUTE",
@@ -55,23 +56,6 @@ SELF: Any = object()
 #: What a wrapper lowering returns: the clones it made, the in-place call, and the
 #: replacement of each of the wrapper's getitem indices (or :data:`SELF`).
 LoweredCall = tuple[list[torch.fx.Node], torch.fx.Node, dict[object, torch.fx.Node]]
-
-
-class LoweringSkip(RewriteError):
-    """A wrapper node the lowering leaves alone (with the reason); never escapes the package."""
-
-
-def static_int(v: object) -> int | None:
-    """The value of an int, or of a SymInt that is a known constant; None otherwise."""
-    if type(v) is int:
-        return v
-    if isinstance(v, torch.SymInt):
-        try:
-            value = v.node.maybe_as_int()
-        except Exception:
-            return None
-        return int(value) if value is not None else None
-    return None
 
 
 def val(node: torch.fx.Node) -> Any:

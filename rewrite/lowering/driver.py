@@ -21,7 +21,7 @@ import torch.fx
 from aliasing import analyze
 from aliasing.facts import meta_value
 from rewrite.apply import apply_decisions
-from rewrite.decisions import CloneEliminationReport, Decision, Reason
+from rewrite.decisions import CloneEliminationReport
 from rewrite.lowering.builder import recompile
 from rewrite.lowering.functional import lower_functional_ops
 from rewrite.lowering.metadata import refresh_stale, storage_keys
@@ -58,13 +58,8 @@ def plan_and_apply(
         decisions = plan_clone_elimination(analyze(graph, donated_inputs=donated), candidates)
     except Exception as e:
         log.warning("copy planning failed, keeping every copy: %s: %s", type(e).__name__, e)
-        return CloneEliminationReport(
-            tuple(
-                Decision(n.name, "keep", Reason.INTERNAL_ERROR, (), str(n.args[0]))
-                for n in candidates
-                if is_clone_candidate(n)
-            ),
-            f"{type(e).__name__}: {e}",
+        return CloneEliminationReport.internal_error(
+            [n for n in candidates if is_clone_candidate(n)], f"{type(e).__name__}: {e}"
         )
     by_name = {n.name: n for n in graph.nodes}
     stale: set[int] = set()

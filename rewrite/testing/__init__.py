@@ -15,13 +15,72 @@
   fuzzing in your own test suite.
 - :func:`greedy_removable` is a dynamic oracle of what can soundly go, and
   :func:`measure_precision` reports how much of it any pass removes.
+
+:func:`check_equivalent`, :func:`check_analysis` and :func:`copy_program` need only
+torch; :func:`programs`, :func:`check_pass`, :data:`FUZZ_SETTINGS` and the
+precision tools need Hypothesis (``pip install 'fx-aliasing[test]'``) and are
+imported the first time one of them is used.
 """
 
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
 from aliasing.oracle import AnalysisUnsound, Exactness, Observed, check_analysis, observe_memory
-from rewrite.errors import NotEquivalent
-from rewrite.testing.equivalence import OracleError, check_equivalent, copy_program
-from rewrite.testing.precision import PrecisionReport, greedy_removable, measure_precision, sample_programs
-from rewrite.testing.programs import FUZZ_SETTINGS, Program, check_pass, programs
+from rewrite.copying import copy_program
+from rewrite.errors import NotEquivalent, OracleError
+from rewrite.testing.equivalence import check_equivalent
+
+if TYPE_CHECKING:
+    from rewrite.testing.precision import PrecisionReport, greedy_removable, measure_precision, sample_programs
+    from rewrite.testing.programs import FUZZ_SETTINGS, Program, check_pass, programs
+
+#: The names that need Hypothesis (the ``test`` extra), each with the module that defines it:
+#: imported on first use (PEP 562), so that the oracles above import without Hypothesis and
+#: without registering the fuzzer's custom ops.
+_NEEDS_HYPOTHESIS = {
+    "FUZZ_SETTINGS": "rewrite.testing.programs",
+    "Program": "rewrite.testing.programs",
+    "check_pass": "rewrite.testing.programs",
+    "programs": "rewrite.testing.programs",
+    "PrecisionReport": "rewrite.testing.precision",
+    "greedy_removable": "rewrite.testing.precision",
+    "measure_precision": "rewrite.testing.precision",
+    "sample_programs": "rewrite.testing.precision",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _NEEDS_HYPOTHESIS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+class _Package(types.ModuleType):
+    """This package, whose ``programs`` stays the strategy once the submodule of that name is imported.
+
+    Importing ``rewrite.testing.programs`` binds the submodule as the package's
+    ``programs`` attribute; the strategy of that name is what users import.
+    """
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "programs" and isinstance(value, types.ModuleType) and hasattr(value, "programs"):
+            value = value.programs
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
 
 __all__ = [
     "FUZZ_SETTINGS",

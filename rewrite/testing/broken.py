@@ -78,7 +78,7 @@ __all__ = [
     "skipping",
 ]
 
-#: The conditions whose absence the fuzzer must detect (issue 5's power test).
+#: The conditions whose absence the fuzzer must detect (``tests/test_fuzz_power.py``).
 BROKEN_CONDITIONS: tuple[str, ...] = ("C2", "C3", "C5", "C6")
 
 

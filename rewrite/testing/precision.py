@@ -26,6 +26,7 @@ The greedy oracle is not a proof: three draws may miss a value coincidence
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +40,17 @@ from rewrite.planner import is_clone_candidate
 from rewrite.testing.equivalence import OracleError, check_equivalent, copy_program
 from rewrite.testing.programs import Program, programs
 
-__all__ = ["Miss", "PrecisionReport", "greedy_removable", "measure_precision", "sample_programs"]
+__all__ = [
+    "Miss",
+    "PrecisionReport",
+    "combine_figures",
+    "greedy_removable",
+    "measure_passes",
+    "measure_precision",
+    "precision_item",
+    "refined_pass",
+    "sample_programs",
+]
 
 #: A pass under measurement: rewrites the module in place (or returns a new one), given the
 #: placeholder positions the caller donates.
@@ -172,6 +183,32 @@ class PrecisionReport:
         """
         return self.covered / self.greedy if self.greedy else 1.0
 
+    def add(self, other: PrecisionReport) -> None:
+        """Add ``other``'s counts and misses to this report's (a report over both program sets)."""
+        for name in _COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.short.extend(other.short)
+
+    def figures(self) -> dict[str, Any]:
+        """The counts and the misses as JSON-ready data (what :func:`combine_figures` adds up).
+
+        Examples
+        --------
+        >>> PrecisionReport(programs=2, clones=3, removed=1, greedy=1, covered=1).figures()["removed"]
+        1
+        """
+        data: dict[str, Any] = {name: getattr(self, name) for name in _COUNTS}
+        data["short"] = [
+            {
+                "num_ops": m.program.num_ops,
+                "function_source": m.program.function_source,
+                "inputs_source": m.program.inputs_source,
+                "missed": list(m.missed),
+            }
+            for m in self.short
+        ]
+        return data
+
     def shortest_misses(self, count: int = 5) -> list[Miss]:
         """The programs with misses, fewest statements first."""
         return sorted(self.short, key=lambda m: (m.program.num_ops, len(m.program.function_source)))[:count]
@@ -197,6 +234,89 @@ class PrecisionReport:
         for miss in self.shortest_misses(1):
             lines.append(f"shortest miss ({', '.join(miss.missed)} kept):\n{miss.program.function_source}")
         return "\n".join(lines)
+
+
+_COUNTS = ("programs", "clones", "removed", "greedy", "covered", "unsound_programs", "beats", "removed_total")
+
+
+def combine_figures(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The :meth:`PrecisionReport.figures` of several program sets as one: counts added, misses
+    in order; ``ratio``, ``coverage`` and ``shortest`` (the shortest miss, or ``None``) added.
+
+    Examples
+    --------
+    >>> a = PrecisionReport(programs=2, removed=1, greedy=2, covered=1).figures()
+    >>> b = PrecisionReport(programs=1, removed=1, greedy=1, covered=1).figures()
+    >>> c = combine_figures([a, b])
+    >>> c["programs"], c["ratio"], c["coverage"], c["shortest"]
+    (3, 0.6667, 0.6667, None)
+    """
+    total: dict[str, Any] = {name: sum(p[name] for p in parts) for name in _COUNTS}
+    total["short"] = [m for p in parts for m in p["short"]]
+    total["ratio"] = round(total["removed"] / total["greedy"], 4) if total["greedy"] else 1.0
+    total["coverage"] = round(total["covered"] / total["greedy"], 4) if total["greedy"] else 1.0
+    ranked = sorted(total["short"], key=lambda m: (m["num_ops"], len(m["function_source"])))
+    total["shortest"] = ranked[0] if ranked else None
+    return total
+
+
+def refined_pass(refinements: frozenset[str], erase_dead: bool) -> PassFn:
+    """``eliminate_clones`` (strict) with these refinements and dead-clone erasure, as a :data:`PassFn`."""
+    import rewrite
+
+    def run(gm: torch.fx.GraphModule, donated: tuple[int, ...]) -> object:
+        return rewrite.eliminate_clones(
+            gm, donated_inputs=donated, strict=True, erase_dead=erase_dead, refinements=refinements
+        )
+
+    return run
+
+
+def measure_passes(
+    programs_: Sequence[Program], passes: Sequence[tuple[str, PassFn]], *, draws: int = 3
+) -> list[tuple[str, PrecisionReport, float]]:
+    """Each pass measured on ``programs_`` (the greedy oracle runs once per program), with the CPU
+    seconds it took; the first row is the oracle's (an empty report and its CPU seconds)."""
+    cache: dict[str, tuple[str, ...]] = {}
+    start = time.process_time()
+    measure_precision(lambda gm, donated: None, programs_, draws=draws, greedy_cache=cache)  # fills the cache
+    rows = [("greedy oracle", PrecisionReport(), time.process_time() - start)]
+    for label, fn in passes:
+        start = time.process_time()
+        report = measure_precision(fn, programs_, draws=draws, greedy_cache=cache)
+        rows.append((label, report, time.process_time() - start))
+    return rows
+
+
+def precision_item(settings: dict[str, Any], batch: int) -> dict[str, Any]:
+    """One campaign item of the precision measurement: batch ``batch`` of 100 programs.
+
+    The batch is ``sample_programs(size, seed=settings["seed"] + batch, max_ops=...)``
+    (``size`` is 100, less for the last batch of ``settings["programs"]``), measured
+    with each row ``[label, refinements, erase_dead]`` of ``settings["rows"]``.
+    Returns the batch's programs, the oracle's CPU seconds and, per row, its CPU
+    seconds and :meth:`PrecisionReport.figures`.
+
+    Examples
+    --------
+    >>> settings = {"programs": 3, "seed": 1, "max_ops": 4, "draws": 3, "rows": [["C1-C9", [], False]]}
+    >>> item = precision_item(settings, 0)
+    >>> item["programs"], item["rows"][0]["pass"], item["rows"][0]["unsound_programs"]
+    (3, 'C1-C9', 0)
+    """
+    size = min(BATCH, settings["programs"] - BATCH * batch)
+    drawn = sample_programs(size, seed=settings["seed"] + batch, max_ops=settings["max_ops"])
+    passes = [(label, refined_pass(frozenset(refinements), erase)) for label, refinements, erase in settings["rows"]]
+    rows = measure_passes(drawn, passes, draws=settings["draws"])
+    return {
+        "programs": len(drawn),
+        "oracle_cpu_s": rows[0][2],
+        "rows": [{"pass": label, "cpu_s": cpu, **report.figures()} for label, report, cpu in rows[1:]],
+    }
+
+
+#: Programs per batch (one campaign item) of the precision measurement.
+BATCH = 100
 
 
 def _clone_names(gm: torch.fx.GraphModule) -> list[str]:

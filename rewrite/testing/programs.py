@@ -719,7 +719,7 @@ class _Builder:
         self._focus_off = self._int(0, 1) == 1
 
     def _draw_pattern(self, which: int | None = None) -> None:
-        """A clone, then one of the patterns a precise pass must see through (issue 13).
+        """A clone, then one of the patterns a precise pass must see through (the planner's refinements).
 
         - an unused layout-changing clone (``v.contiguous()`` of a non-contiguous value);
         - a layout-changing clone read by an elementwise op, copied, rearranged

@@ -1,7 +1,8 @@
-"""Long fuzzing campaigns: ``python -m rewrite.testing.soak --minutes N [--seed S] [--out DIR]``.
+"""Long fuzzing campaigns: ``python -m rewrite.testing.soak --minutes N [--seed S] [--out DIR]``,
+or over fixed rounds: ``--rounds R`` (seeds ``S .. S + R - 1``) or ``--seeds A..B``.
 
 Draws random programs (:func:`rewrite.testing.programs`) until the time is up
-and checks, for each one:
+(or the rounds are done) and checks, for each one:
 
 - ``analysis``: :func:`aliasing.analyze` never misses an alias, an overlap or a
   writer that a real run shows (:func:`rewrite.testing.check_analysis`);
@@ -17,10 +18,20 @@ is written to ``DIR`` (default ``./repros``) as a standalone script: the
 program's :meth:`~rewrite.testing.Program.source` followed by the failing
 check. A round is a batch of examples under one seed; rounds repeat with new
 seeds until the time is up (a round that starts before the deadline runs to
-its end). The figures are printed at the end, then as one JSON line:
+its end). A round is deterministic (its seed and settings draw the same programs
+in any process), so a campaign over fixed rounds is a list of work items for
+:mod:`aliasing.campaign`: ``--jobs N`` runs them in N worker processes,
+``--shard K/N`` runs one of N disjoint parts, ``--results PATH`` records each
+round as it ends (and resumes from it), ``--ray ADDRESS`` runs them on a Ray
+cluster, and ``--merge RESULTS...`` prints the figures of shards' results files;
+the figures are those of one run over the same rounds whatever the split. The
+figures are printed at the end, then as one JSON line:
 ``programs_run`` counts every program checked, Hypothesis's shrinking runs
 included; clones seen, removed and kept are summed over those programs;
-``failures`` counts failing rounds by check (at most 20 repro files per check).
+``failures`` counts failing rounds by check (at most 20 repro files per check);
+``rounds_failed`` counts rounds that did not run to their end (a harness error,
+a worker that died or ran past ``--item-timeout``); ``minutes`` sums the rounds'
+times.
 
 Examples
 --------
@@ -31,12 +42,14 @@ Examples
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 import json
 import os
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -46,11 +59,14 @@ from hypothesis import seed as hypothesis_seed
 
 import aliasing
 import rewrite
+from aliasing import campaign
+from aliasing.campaign import CampaignError, CampaignOptions, Outcome, WorkItem
 from aliasing.oracle import check_analysis
+from rewrite.errors import SoakError, SoakFailure
 from rewrite.testing.equivalence import OracleError, check_equivalent, copy_program
 from rewrite.testing.programs import Program, programs
 
-__all__ = ["CHECKS", "Figures", "SoakFailure", "check_program", "main", "run_campaign"]
+__all__ = ["CHECKS", "TOOL", "Figures", "SoakError", "SoakFailure", "check_program", "main", "run_campaign"]
 
 #: The checks run on each program, in order.
 CHECKS: tuple[str, ...] = ("analysis", "raises", "equivalence", "idempotence")
@@ -58,13 +74,6 @@ CHECKS: tuple[str, ...] = ("analysis", "raises", "equivalence", "idempotence")
 _EXAMPLES_PER_ROUND = 25
 _MAX_REPROS_PER_CHECK = 20  # later failures of the same check are counted, not written
 
-
-class SoakFailure(AssertionError):
-    """One check failed on one program; ``check`` names it (one of :data:`CHECKS`)."""
-
-    def __init__(self, check: str, message: str) -> None:
-        self.check = check
-        super().__init__(f"[{check}] {message}")
 
 
 @dataclass
@@ -75,6 +84,7 @@ class Figures:
     seed: int = 0
     tracing_mode: str = "fake"
     rounds: int = 0
+    rounds_failed: int = 0
     programs_run: int = 0
     statements: int = 0
     clones_seen: int = 0
@@ -87,7 +97,8 @@ class Figures:
         """Human-readable lines."""
         removed = self.clones_removed / self.clones_seen * 100 if self.clones_seen else 0.0
         lines = [
-            f"soak: {self.minutes:.1f} min, seed {self.seed}, {self.rounds} rounds",
+            f"soak: {self.minutes:.1f} min, seed {self.seed}, {self.rounds} rounds"
+            + (f" ({self.rounds_failed} did not run to their end)" if self.rounds_failed else ""),
             f"programs run:    {self.programs_run} ({self.statements} statements)",
             f"clones seen:     {self.clones_seen}",
             f"clones removed:  {self.clones_removed} ({removed:.1f}%)",
@@ -184,90 +195,189 @@ def repro_source(program: Program, failure: SoakFailure) -> str:
     )
 
 
-def _write_repro(out: str, program: Program, failure: SoakFailure, index: int) -> str:
+def _write_repro(out: str, check: str, source: str, index: int) -> str:
     os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, f"repro_{failure.check}_{index:03d}.py")
+    path = os.path.join(out, f"repro_{check}_{index:03d}.py")
     with open(path, "w") as f:
-        f.write(repro_source(program, failure))
+        f.write(source)
     return path
 
 
+#: The campaign tool name of the soak (results files name it; ``python -m aliasing.campaign merge``).
+TOOL = "rewrite.testing.soak"
+
+
+def _round(config: dict[str, Any], seed: int) -> dict[str, Any]:
+    """One campaign item: the round of ``config["examples"]`` examples under Hypothesis seed ``seed``.
+
+    Deterministic: the same seed and settings draw the same programs in any process
+    (no example database, no deadline). Returns the round's counts, its shrunk failure
+    (``{"check", "repro"}``, the repro script's text) or ``None``, and a harness error
+    (generator or Hypothesis, not a check) as text or ``""``.
+
+    Examples
+    --------
+    >>> r = _round({"max_ops": 4, "tracing_mode": "fake", "examples": 2}, 7)
+    >>> r["programs"] >= 2, r["failure"]
+    (True, None)
+    """
+    failing: list[tuple[Program, SoakFailure]] = []
+    counts = {"programs": 0, "statements": 0, "seen": 0, "removed": 0}
+
+    @hypothesis_seed(seed)
+    @settings(
+        max_examples=config["examples"],
+        deadline=None,
+        database=None,
+        derandomize=False,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.generate, Phase.shrink],
+        report_multiple_bugs=False,
+    )
+    @given(programs(max_ops=config["max_ops"], tracing_mode=config["tracing_mode"]))
+    def one_round(program: Program) -> None:
+        counts["programs"] += 1
+        counts["statements"] += program.num_ops
+        try:
+            seen, removed = check_program(program)
+        except SoakFailure as failure:
+            failing.append((program, failure))  # the last one is Hypothesis's shrunk example
+            raise
+        counts["seen"] += seen
+        counts["removed"] += removed
+
+    failure: dict[str, str] | None = None
+    harness_error = ""
+    try:
+        one_round()
+    except SoakFailure:
+        program, found = failing[-1]
+        failure = {"check": found.check, "repro": repro_source(program, found)}
+    except Exception:  # a generator or harness error: reported, and the campaign goes on
+        harness_error = traceback.format_exc()
+    return {**counts, "failure": failure, "harness_error": harness_error}
+
+
+def _seed_key(seed: int) -> str:
+    return f"seed-{seed:010d}"
+
+
+def _work_items(settings: dict[str, Any]) -> list[WorkItem]:
+    """The rounds of a campaign over the seeds ``settings["seeds"] = [first, last]``."""
+    first, last = settings["seeds"]
+    return [WorkItem(_seed_key(s), s) for s in range(first, last + 1)]
+
+
+def _endless(first: int) -> Iterator[WorkItem]:
+    return (WorkItem(_seed_key(s), s) for s in itertools.count(first))
+
+
+def _fold(settings: dict[str, Any], outcomes: dict[str, Outcome], *, out: str, echo: bool) -> Figures:
+    """The figures of a campaign's rounds, in seed order (whatever order they finished in);
+    writes the repro files of failing rounds to ``out``."""
+    figures = Figures(seed=settings["seeds"][0], tracing_mode=settings["tracing_mode"])
+    for outcome in sorted(outcomes.values(), key=lambda o: int(o.key.split("-")[1])):
+        figures.rounds += 1
+        if outcome.status != "ok":
+            figures.rounds_failed += 1
+            if echo:
+                print(f"round {outcome.key}: {outcome.status}: {outcome.error}", file=sys.stderr)
+            continue
+        r = outcome.value
+        figures.programs_run += r["programs"]
+        figures.statements += r["statements"]
+        figures.clones_seen += r["seen"]
+        figures.clones_removed += r["removed"]
+        if r["harness_error"]:
+            figures.rounds_failed += 1
+            if echo:
+                print(f"round {outcome.key}: harness error:\n{r['harness_error']}", file=sys.stderr)
+        failure = r["failure"]
+        if failure is not None:
+            figures.failures[failure["check"]] += 1
+            if figures.failures[failure["check"]] <= _MAX_REPROS_PER_CHECK:
+                path = _write_repro(out, failure["check"], failure["repro"], len(figures.repro_files))
+                figures.repro_files.append(path)
+                if echo:
+                    print(f"failure ({failure['check']}), repro written to {path}", file=sys.stderr)
+    figures.clones_kept = figures.clones_seen - figures.clones_removed
+    figures.minutes = sum(o.seconds for o in outcomes.values()) / 60
+    return figures
+
+
 def run_campaign(
-    minutes: float,
+    minutes: float | None = None,
     *,
     seed: int = 0,
     out: str = "repros",
     max_ops: int = 10,
     echo: bool = True,
     tracing_mode: str = "fake",
+    rounds: int | None = None,
+    examples: int = _EXAMPLES_PER_ROUND,
+    campaign_options: CampaignOptions | None = None,
 ) -> Figures:
-    """Draw and check programs for ``minutes``; return the figures (see the module docstring).
+    """Draw and check programs; return the figures (see the module docstring).
+
+    Either for ``minutes`` (rounds of seeds ``seed``, ``seed + 1``, ... until the
+    time is up; a round started before then runs to its end), or for exactly
+    ``rounds`` rounds of seeds ``seed .. seed + rounds - 1``: a fixed set of items,
+    whose figures are the same whatever ``campaign_options`` (worker processes,
+    shards, a resumed results file, Ray) run them.
 
     Examples
     --------
     >>> figures = run_campaign(0.02, seed=3, out="/tmp/fxa-soak-doctest", echo=False)
     >>> figures.programs_run > 0
     True
+    >>> run_campaign(rounds=2, seed=5, examples=2, max_ops=4, echo=False).rounds
+    2
     """
-    figures = Figures(seed=seed, tracing_mode=tracing_mode)
-    start = time.monotonic()
-    deadline = start + minutes * 60
-    round_seed = seed
-    while time.monotonic() < deadline:
-        failing: list[tuple[Program, SoakFailure]] = []
-        counts = {"programs": 0, "statements": 0, "seen": 0, "removed": 0}
+    if (minutes is None) == (rounds is None):
+        raise SoakError("give either minutes or rounds")
+    if seed < 0:
+        raise SoakError(f"seeds are non-negative, got {seed}")
+    if examples < 1:
+        raise SoakError(f"examples must be at least 1, got {examples}")
+    options = campaign_options or CampaignOptions()
+    last = seed + rounds - 1 if rounds is not None else None
+    settings = {"max_ops": max_ops, "tracing_mode": tracing_mode, "examples": examples, "seeds": [seed, last]}
+    if rounds is not None:
+        items: Iterable[WorkItem] = _work_items(settings)
+    else:
+        if options.shard is not None or options.results is not None:
+            raise SoakError("a time-bounded soak has no fixed rounds to shard or resume: give rounds")
+        assert minutes is not None
+        items = _endless(seed)
+        options = dataclasses.replace(options, time_budget=minutes * 60)
+    try:
+        run = campaign.run_campaign(_round, items, settings=settings, tool=TOOL, options=options)
+    except CampaignError as err:
+        raise SoakError(str(err)) from err
+    return _fold(settings, run.outcomes, out=out, echo=echo)
 
-        @hypothesis_seed(round_seed)
-        @settings(
-            max_examples=_EXAMPLES_PER_ROUND,
-            deadline=None,
-            database=None,
-            derandomize=False,
-            suppress_health_check=list(HealthCheck),
-            phases=[Phase.generate, Phase.shrink],
-            report_multiple_bugs=False,
-        )
-        @given(programs(max_ops=max_ops, tracing_mode=tracing_mode))
-        def one_round(program: Program) -> None:
-            counts["programs"] += 1
-            counts["statements"] += program.num_ops
-            try:
-                seen, removed = check_program(program)
-            except SoakFailure as failure:
-                failing.append((program, failure))  # the last one is Hypothesis's shrunk example
-                raise
-            counts["seen"] += seen
-            counts["removed"] += removed
 
-        try:
-            one_round()
-        except SoakFailure:
-            program, failure = failing[-1]
-            figures.failures[failure.check] += 1
-            if figures.failures[failure.check] <= _MAX_REPROS_PER_CHECK:
-                path = _write_repro(out, program, failure, len(figures.repro_files))
-                figures.repro_files.append(path)
-                if echo:
-                    print(f"failure ({failure.check}), repro written to {path}", file=sys.stderr)
-        except Exception:  # a generator or harness error: report it and keep going
-            if echo:
-                traceback.print_exc()
-        figures.rounds += 1
-        figures.programs_run += counts["programs"]
-        figures.statements += counts["statements"]
-        figures.clones_seen += counts["seen"]
-        figures.clones_removed += counts["removed"]
-        round_seed += 1
-    figures.clones_kept = figures.clones_seen - figures.clones_removed
-    figures.minutes = (time.monotonic() - start) / 60
-    return figures
+def _seed_range(text: str) -> tuple[int, int]:
+    """``"A..B"`` (inclusive) as ``(A, B)``."""
+    first, sep, last = text.partition("..")
+    try:
+        a, b = int(first), int(last)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seeds are A..B, e.g. 0..99, got {text!r}") from None
+    if not sep or a < 0 or b < a:
+        raise argparse.ArgumentTypeError(f"seeds are A..B with 0 <= A <= B, got {text!r}")
+    return a, b
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns 0 when no check failed, 1 otherwise."""
+    """Command-line entry point; returns 0 when no check failed (and every round ran), 1 otherwise."""
     parser = argparse.ArgumentParser(prog="python -m rewrite.testing.soak", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, required=True, help="how long to run")
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--minutes", type=float, default=None, help="how long to run")
+    length.add_argument("--rounds", type=int, default=None, metavar="R", help="run R rounds, seeds --seed .. --seed + R - 1")
+    length.add_argument("--seeds", type=_seed_range, default=None, metavar="A..B", help="run the rounds of seeds A to B (inclusive)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first round (default 0)")
+    parser.add_argument("--examples", type=int, default=_EXAMPLES_PER_ROUND, metavar="N", help=f"examples per round (default {_EXAMPLES_PER_ROUND})")
     parser.add_argument("--out", default="repros", help="directory for repro files (default ./repros)")
     parser.add_argument("--max-ops", type=int, default=10, help="statements per program at most (default 10)")
     parser.add_argument(
@@ -289,18 +399,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=0,
         help="with --precision: keep drawing batches of 100 until at least this many programs are measured",
     )
+    campaign.add_campaign_arguments(parser)
     args = parser.parse_args(argv)
-    if args.minutes <= 0:
+    if args.merge is not None:
+        try:
+            settings, outcomes = campaign.merge_results(args.merge, tool=TOOL, items=_work_items, allow_missing=args.allow_missing)
+        except CampaignError as err:
+            parser.error(str(err))
+        return _print_figures(_fold(settings, outcomes, out=args.out, echo=True))
+    if args.minutes is None and args.rounds is None and args.seeds is None:
+        parser.error("give --minutes, --rounds or --seeds")
+    if args.minutes is not None and args.minutes <= 0:
         parser.error("--minutes must be positive")
     if args.precision:
+        if args.minutes is None:
+            parser.error("--precision runs for --minutes")
         return _precision_campaign(args.minutes, args.seed, args.max_ops, args.min_programs)
-    figures = run_campaign(
-        args.minutes, seed=args.seed, out=args.out, max_ops=args.max_ops, tracing_mode=args.tracing_mode
-    )
+    seed, rounds = args.seed, args.rounds
+    if args.seeds is not None:
+        seed, rounds = args.seeds[0], args.seeds[1] - args.seeds[0] + 1
+    if rounds is not None and rounds < 1:
+        parser.error("--rounds must be at least 1")
+    try:
+        figures = run_campaign(
+            args.minutes,
+            rounds=rounds,
+            seed=seed,
+            out=args.out,
+            max_ops=args.max_ops,
+            tracing_mode=args.tracing_mode,
+            examples=args.examples,
+            campaign_options=campaign.options_from_args(args),
+        )
+    except SoakError as err:
+        parser.error(str(err))
+    return _print_figures(figures)
+
+
+def _print_figures(figures: Figures) -> int:
     print(figures.summary())
     data: dict[str, Any] = asdict(figures)
     print(json.dumps(data, sort_keys=True))
-    return 1 if any(figures.failures.values()) else 0
+    return 1 if any(figures.failures.values()) or figures.rounds_failed else 0
 
 
 def _precision_campaign(minutes: float, seed: int, max_ops: int, min_programs: int = 0) -> int:
@@ -324,9 +464,7 @@ def _precision_campaign(minutes: float, seed: int, max_ops: int, min_programs: i
                 drawn,
                 greedy_cache=cache,
             )
-            for name in ("programs", "clones", "removed", "greedy", "covered", "unsound_programs", "beats"):
-                setattr(total, name, getattr(total, name) + getattr(part, name))
-            total.short.extend(part.short)
+            total.add(part)
         batch += 1
         print(
             f"batch {batch}: {totals['erase'].programs} programs, ratio {totals['erase'].ratio:.3f}, "

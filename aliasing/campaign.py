@@ -1,0 +1,903 @@
+"""Campaigns of many independent work items: worker processes, shards, resumable results, Ray.
+
+The effects audit (one item per op), the soak (one item per seed's round) and the
+precision measurement (one item per batch of programs) are lists of independent
+*work items*, each with a stable string key. This module runs such a list once,
+the same way for all three:
+
+- **in-process** (``jobs=None``, the tools' default): items run one after the other
+  in this process; an exception in one is recorded as that item's ``error``;
+- **worker processes** (``jobs=N``): N processes forked from a ``forkserver`` (each
+  with its own torch state; ``imports`` are imported in each before its first item,
+  e.g. modules that register custom ops), each running one item at a time; an
+  item still running after ``item_timeout`` seconds has its worker killed and is
+  recorded as ``timeout``, an item whose worker dies (a segfault, ``os._exit``) as
+  ``crash``, and a new worker takes the next item;
+- **on a Ray cluster** (``ray_address=ADDRESS``): the same with
+  ``ray.util.multiprocessing.Pool`` in place of the local processes (the ``ray``
+  extra); a crash or a timeout restarts the pool and resubmits the items that were
+  running beside it.
+
+``shard=(k, n)`` keeps the k-th of n disjoint parts of the items (every n-th item
+of the list sorted by key, from the k-th: stable in every process, never Python's
+salted ``hash``). With ``results=PATH`` each outcome is appended to a JSON Lines
+file as soon as it is known (and flushed); started again on the same file, a run
+skips the items already recorded (*resume*). :func:`merge_results` reads the
+files of several shards back, checks that they are of one campaign and cover its
+items, and returns the outcomes of one run: each tool then prints the same report
+from them (``--merge``, or ``python -m aliasing.campaign merge FILES``, which
+hands the files to the tool named in their header).
+
+An item function is a top-level function ``fn(settings, payload)`` returning
+JSON-ready data; ``settings`` is the campaign's JSON settings (also written in
+the results file's header, so that a resume or a merge of other settings is
+refused). Values are passed through JSON in every mode, so that a report folded
+from a results file equals one folded from a live run.
+
+Examples
+--------
+>>> items = [WorkItem(f"n{i}", i) for i in range(5)]
+>>> [item.key for item in shard(items, 1, 2)], [item.key for item in shard(items, 2, 2)]
+(['n0', 'n2', 'n4'], ['n1', 'n3'])
+>>> run = run_campaign(_square, items, settings={"offset": 1}, tool="doctest")
+>>> [run.outcomes[item.key].value for item in items]
+[1, 2, 5, 10, 17]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib
+import json
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import sys
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from aliasing.errors import CampaignError
+
+__all__ = [
+    "STATUSES",
+    "CampaignError",
+    "CampaignOptions",
+    "CampaignRun",
+    "Outcome",
+    "WorkItem",
+    "add_campaign_arguments",
+    "main",
+    "merge_results",
+    "options_from_args",
+    "parse_shard",
+    "run_campaign",
+    "shard",
+]
+
+#: How an item ended: its function returned, raised, ran past the time limit, or its worker died.
+STATUSES: tuple[str, ...] = ("ok", "error", "timeout", "crash")
+#: The header's format tag and version.
+FORMAT = "fx-aliasing-campaign"
+VERSION = 1
+#: Seconds a new worker may take to start and import its modules.
+WORKER_START_TIMEOUT = 600.0
+_ERROR_LIMIT = 4000
+
+ItemFn = Callable[[dict[str, Any], Any], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkItem:
+    """One unit of work: a stable, unique ``key`` and the JSON-ready ``payload`` its function gets."""
+
+    key: str
+    payload: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How one item ended (``status`` is one of :data:`STATUSES`).
+
+    ``value`` is the item function's JSON result when ``status == "ok"``;
+    ``error`` says what went wrong otherwise; ``seconds`` is the item's wall time and
+    ``cpu_seconds`` the CPU time of the process that ran it (0 when it died or was killed).
+    """
+
+    key: str
+    status: str
+    value: Any = None
+    error: str = ""
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The results-file line of this outcome."""
+        return {
+            "key": self.key,
+            "status": self.status,
+            "value": self.value,
+            "error": self.error,
+            "seconds": round(self.seconds, 3),
+            "cpu_seconds": round(self.cpu_seconds, 3),
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> Outcome:
+        """An outcome read back from a results file (:meth:`to_json`)."""
+        return Outcome(
+            str(data["key"]),
+            str(data["status"]),
+            data.get("value"),
+            str(data.get("error", "")),
+            float(data.get("seconds", 0.0)),
+            float(data.get("cpu_seconds", 0.0)),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class CampaignOptions:
+    """How to run a campaign (none of it changes an item's result).
+
+    Attributes
+    ----------
+    jobs
+        ``None``: in-process; N: N worker processes (or Ray actors with ``ray_address``).
+    shard
+        ``(k, n)``: only the k-th (1-based) of n disjoint parts of the items.
+    results
+        JSON Lines file written as items finish, and read back to resume.
+    ray_address
+        Run the workers on this Ray cluster (``ray.util.multiprocessing.Pool``).
+    item_timeout
+        Seconds one item may run in a worker before it is killed (``None``: no limit;
+        in-process items have only the tool's own limits).
+    imports
+        Modules each worker imports before its first item (custom-op registrations).
+    time_budget
+        Seconds; once spent, no further item is started (items already running finish).
+    """
+
+    jobs: int | None = None
+    shard: tuple[int, int] | None = None
+    results: Path | None = None
+    ray_address: str | None = None
+    item_timeout: float | None = None
+    imports: tuple[str, ...] = ()
+    time_budget: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.jobs is not None and self.jobs < 1:
+            raise CampaignError(f"jobs must be at least 1, got {self.jobs}")
+        if self.shard is not None:
+            k, n = self.shard
+            if not 1 <= k <= n:
+                raise CampaignError(f"shard must be K/N with 1 <= K <= N, got {k}/{n}")
+        if self.item_timeout is not None and self.item_timeout <= 0:
+            raise CampaignError(f"item_timeout must be positive, got {self.item_timeout}")
+
+
+@dataclasses.dataclass(frozen=True)
+class CampaignRun:
+    """What :func:`run_campaign` did.
+
+    ``outcomes`` holds every recorded item of this shard (resumed ones too), by key;
+    ``not_started`` the keys left when the time budget ran out; ``resumed`` how many
+    outcomes came from the results file; ``wall_s`` this run's wall time.
+    """
+
+    outcomes: dict[str, Outcome]
+    not_started: tuple[str, ...]
+    resumed: int
+    wall_s: float
+
+
+# ---------------------------------------------------------------------------
+# shards
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"K/N"`` as ``(K, N)``, with ``1 <= K <= N``.
+
+    Examples
+    --------
+    >>> parse_shard("2/4")
+    (2, 4)
+    """
+    try:
+        k_text, n_text = text.split("/")
+        k, n = int(k_text), int(n_text)
+    except ValueError:
+        raise CampaignError(f"a shard is K/N (e.g. 1/4), got {text!r}") from None
+    if not 1 <= k <= n:
+        raise CampaignError(f"a shard is K/N with 1 <= K <= N, got {text!r}")
+    return k, n
+
+
+def shard(items: Sequence[WorkItem], k: int, n: int) -> list[WorkItem]:
+    """The k-th (1-based) of n disjoint parts of ``items``, in their order.
+
+    Part k holds the items at positions ``k - 1``, ``k - 1 + n``, ... of the list
+    sorted by key: the n parts cover the items, never overlap, and are the same
+    in every process given the same items.
+
+    Raises
+    ------
+    CampaignError
+        For a bad ``k``/``n`` or repeated keys.
+
+    Examples
+    --------
+    >>> items = [WorkItem(k, None) for k in "dcba"]
+    >>> [i.key for i in shard(items, 1, 3)], [i.key for i in shard(items, 2, 3)], [i.key for i in shard(items, 3, 3)]
+    (['d', 'a'], ['b'], ['c'])
+    """
+    if not 1 <= k <= n:
+        raise CampaignError(f"shard must be K/N with 1 <= K <= N, got {k}/{n}")
+    keys = sorted(item.key for item in items)
+    if len(set(keys)) != len(keys):
+        raise CampaignError("work item keys must be unique")
+    mine = set(keys[k - 1 :: n])
+    return [item for item in items if item.key in mine]
+
+
+# ---------------------------------------------------------------------------
+# results files
+
+
+def _header(tool: str, settings: dict[str, Any], shard_: tuple[int, int] | None) -> dict[str, Any]:
+    return {"format": FORMAT, "version": VERSION, "tool": tool, "settings": settings, "shard": list(shard_) if shard_ else None}
+
+
+def _json_ready(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def _read_file(path: Path) -> tuple[dict[str, Any], list[Outcome], int]:
+    """(header, outcomes, bytes of complete lines): a line cut short by a kill is left out."""
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    lines = data[:end].decode().splitlines()
+    if not lines:
+        raise CampaignError(f"{path}: no header (not a campaign results file)")
+    try:
+        header = json.loads(lines[0])
+    except json.JSONDecodeError:
+        raise CampaignError(f"{path}: the first line is not JSON (not a campaign results file)") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise CampaignError(f"{path}: not a campaign results file")
+    if header.get("version") != VERSION:
+        raise CampaignError(f"{path}: results format version {header.get('version')}, this version reads {VERSION}")
+    outcomes = []
+    for number, line in enumerate(lines[1:], start=2):
+        try:
+            outcomes.append(Outcome.from_json(json.loads(line)))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            raise CampaignError(f"{path}:{number}: not an outcome line") from None
+    return header, outcomes, end
+
+
+class _ResultsFile:
+    """A results file being written: the header, then one outcome a line, each flushed."""
+
+    def __init__(self, path: Path, header: dict[str, Any]) -> None:
+        self.path = path
+        self.done: dict[str, Outcome] = {}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and path.stat().st_size:
+            found, outcomes, end = _read_file(path)
+            for field in ("tool", "settings", "shard"):
+                if found.get(field) != header[field]:
+                    raise CampaignError(
+                        f"{path} holds a campaign with another {field} ({found.get(field)!r}, not {header[field]!r}): "
+                        "resume with the same settings, or write to another file"
+                    )
+            self.done = {o.key: o for o in outcomes}
+            with path.open("r+b") as f:  # drop a line a kill cut short
+                f.truncate(end)
+            self._file = path.open("a")
+        else:
+            self._file = path.open("w")
+            self._write(header)
+
+    def _write(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record, sort_keys=True) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def append(self, outcome: Outcome) -> None:
+        self._write(outcome.to_json())
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def merge_results(
+    paths: Sequence[Path],
+    *,
+    tool: str,
+    items: Callable[[dict[str, Any]], Sequence[WorkItem]],
+    allow_missing: bool = False,
+) -> tuple[dict[str, Any], dict[str, Outcome]]:
+    """Read the results files of a campaign's shards back as the outcomes of one run.
+
+    Parameters
+    ----------
+    paths
+        Results files (one per shard, or one of a whole run).
+    tool
+        The campaign's tool (the files' headers must name it).
+    items
+        The campaign's items, given its settings (read from the headers).
+    allow_missing
+        Return the outcomes even if the files do not cover every item.
+
+    Returns
+    -------
+    (settings, outcomes by key)
+
+    Raises
+    ------
+    CampaignError
+        If the files are of other tools or settings, hold an item outside their
+        shard or an item twice with different outcomes, or (unless
+        ``allow_missing``) miss items.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> items = [WorkItem(f"n{i}", i) for i in range(5)]
+    >>> for k in (1, 2):
+    ...     _ = run_campaign(_square, items, settings={"offset": 0}, tool="doctest",
+    ...                      options=CampaignOptions(shard=(k, 2), results=folder / f"{k}.jsonl"))
+    >>> settings, outcomes = merge_results([folder / "1.jsonl", folder / "2.jsonl"], tool="doctest",
+    ...                                    items=lambda settings: items)
+    >>> settings, sorted(o.value for o in outcomes.values())
+    ({'offset': 0}, [0, 1, 4, 9, 16])
+    """
+    if not paths:
+        raise CampaignError("no results files to merge")
+    settings: dict[str, Any] | None = None
+    outcomes: dict[str, Outcome] = {}
+    shards: list[tuple[Path, tuple[int, int] | None, list[Outcome]]] = []
+    for path in paths:
+        header, found, _ = _read_file(Path(path))
+        if header["tool"] != tool:
+            raise CampaignError(f"{path} is a {header['tool']} campaign, not {tool}")
+        if settings is None:
+            settings = header["settings"]
+        elif header["settings"] != settings:
+            raise CampaignError(f"{path} was run with other settings than {paths[0]}: {header['settings']!r}")
+        part = (int(header["shard"][0]), int(header["shard"][1])) if header["shard"] else None
+        shards.append((Path(path), part, found))
+    assert settings is not None
+    every = list(items(settings))
+    for path, part, found in shards:
+        allowed = {i.key for i in (shard(every, *part) if part else every)}
+        for o in found:
+            if o.key not in allowed:
+                raise CampaignError(f"{path}: item {o.key!r} is not an item of its shard {part} of this campaign")
+            known = outcomes.get(o.key)
+            if known is not None and known != dataclasses.replace(o, seconds=known.seconds, cpu_seconds=known.cpu_seconds):
+                raise CampaignError(f"{path}: item {o.key!r} recorded twice with different outcomes")
+            outcomes[o.key] = o
+    missing = [i.key for i in every if i.key not in outcomes]
+    if missing and not allow_missing:
+        listed = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+        raise CampaignError(f"the results files miss {len(missing)} of {len(every)} items ({listed}): a shard not run or not finished")
+    return settings, {i.key: outcomes[i.key] for i in every if i.key in outcomes}
+
+
+# ---------------------------------------------------------------------------
+# running one item
+
+
+def _error_text(err: BaseException) -> str:
+    text = "".join(traceback.format_exception_only(type(err), err)).strip()
+    where = traceback.extract_tb(err.__traceback__)[-1:] if err.__traceback__ else []
+    if where:
+        text += f" (at {where[0].filename}:{where[0].lineno})"
+    return text[:_ERROR_LIMIT]
+
+
+def _call_item(fn: ItemFn, settings: dict[str, Any], key: str, payload: Any) -> dict[str, Any]:
+    """Run one item; its outcome as JSON (the function's exceptions are the item's ``error``)."""
+    start, cpu = time.monotonic(), time.process_time()
+    try:
+        value = _json_ready(fn(settings, payload))
+        status, error = "ok", ""
+    except Exception as err:  # the item's failure, not the campaign's
+        value, status, error = None, "error", _error_text(err)
+    return Outcome(key, status, value, error, time.monotonic() - start, time.process_time() - cpu).to_json()
+
+
+def _import_modules(modules: Sequence[str]) -> None:
+    for name in modules:
+        importlib.import_module(name)
+
+
+def _worker_loop(conn: multiprocessing.connection.Connection, fn: ItemFn, settings: dict[str, Any], imports: tuple[str, ...]) -> None:
+    """A local worker process: import the modules, then run the items sent until ``None``."""
+    try:
+        _import_modules(imports)
+    except BaseException as err:
+        conn.send(("init-failed", _error_text(err)))
+        return
+    conn.send(("ready", None))
+    while True:
+        message = conn.recv()
+        if message is None:
+            return
+        key, payload = message
+        conn.send(("done", _call_item(fn, settings, key, payload)))
+
+
+def _importable(fn: ItemFn) -> ItemFn:
+    """``fn`` itself, or, for a function of a module run as ``python -m``, the same function
+    imported under the module's real name (so that workers find it)."""
+    if getattr(fn, "__module__", None) != "__main__":
+        return fn
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    if spec is None or not spec.name:
+        return fn
+    found: ItemFn = getattr(importlib.import_module(spec.name), fn.__qualname__)
+    return found
+
+
+# ---------------------------------------------------------------------------
+# executors: in-process, local processes, Ray
+
+
+@dataclasses.dataclass
+class _Task:
+    item: WorkItem
+    started: float = 0.0  # when its clock started (0: not yet)
+
+
+class _Executor:
+    """Runs items; ``wait`` returns those that finished (with their outcome JSON), ``resubmit``
+    the tasks that a restart stopped before they finished (to run again)."""
+
+    slots = 1
+
+    def __init__(self) -> None:
+        self.resubmit: list[_Task] = []
+
+    def submit(self, task: _Task) -> None:
+        raise NotImplementedError
+
+    def running(self) -> list[_Task]:
+        raise NotImplementedError
+
+    def wait(self, timeout: float) -> list[tuple[_Task, dict[str, Any]]]:
+        raise NotImplementedError
+
+    def kill(self, task: _Task) -> list[_Task]:
+        """Stop ``task`` (past its time limit); return other tasks to submit again."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop every worker."""
+
+
+class _InProcess(_Executor):
+    def __init__(self, fn: ItemFn, settings: dict[str, Any]) -> None:
+        super().__init__()
+        self.fn, self.settings = fn, settings
+        self.task: _Task | None = None
+
+    def submit(self, task: _Task) -> None:
+        self.task = task
+
+    def running(self) -> list[_Task]:
+        return [self.task] if self.task else []
+
+    def wait(self, timeout: float) -> list[tuple[_Task, dict[str, Any]]]:
+        task, self.task = self.task, None
+        if task is None:
+            return []
+        return [(task, _call_item(self.fn, self.settings, task.item.key, task.item.payload))]
+
+    def kill(self, task: _Task) -> list[_Task]:  # pragma: no cover - an in-process item has no clock
+        return []
+
+
+@dataclasses.dataclass
+class _Worker:
+    process: Any  # multiprocessing.context.SpawnProcess
+    conn: multiprocessing.connection.Connection
+    started_at: float
+    ready: bool = False
+    task: _Task | None = None
+
+
+def _death(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        with contextlib.suppress(ValueError):
+            return f"worker process killed by {signal.Signals(-exitcode).name}"
+    return f"worker process died (exit code {exitcode})"
+
+
+def _process_context(fn: ItemFn, imports: tuple[str, ...]) -> Any:
+    """``forkserver`` (where there is one) with ``fn``'s module and ``imports`` preloaded: the
+    server imports torch and the modules once (those of the first campaign of this process),
+    and each worker is a fork of it, never of this process (whose OpenMP and other threads a
+    fork would not carry); ``spawn`` elsewhere. Each worker imports the modules again in any
+    case (a no-op after the preload)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["torch", "aliasing.campaign", fn.__module__, *imports])
+    return context
+
+
+class _LocalProcesses(_Executor):
+    """``jobs`` worker processes, each one item at a time; a dead or killed one is replaced."""
+
+    def __init__(self, jobs: int, fn: ItemFn, settings: dict[str, Any], imports: tuple[str, ...]) -> None:
+        super().__init__()
+        self.slots = jobs
+        self.fn, self.settings, self.imports = fn, settings, imports
+        self.context = _process_context(fn, imports)
+        self.workers: list[_Worker] = []
+
+    def _start(self) -> _Worker:
+        ours, theirs = self.context.Pipe()
+        process = self.context.Process(
+            target=_worker_loop, args=(theirs, self.fn, self.settings, self.imports), daemon=True, name="fx-aliasing-campaign"
+        )
+        process.start()
+        theirs.close()
+        worker = _Worker(process, ours, time.monotonic())
+        self.workers.append(worker)
+        return worker
+
+    def submit(self, task: _Task) -> None:
+        idle = [w for w in self.workers if w.task is None]
+        worker = idle[0] if idle else self._start()
+        worker.task = task
+        task.started = time.monotonic() if worker.ready else 0.0
+        worker.conn.send((task.item.key, task.item.payload))
+
+    def running(self) -> list[_Task]:
+        return [w.task for w in self.workers if w.task is not None]
+
+    def _retire(self, worker: _Worker) -> None:
+        with contextlib.suppress(Exception):
+            worker.conn.close()
+        if worker.process.is_alive():
+            worker.process.kill()
+        worker.process.join(5)
+        self.workers.remove(worker)
+
+    def wait(self, timeout: float) -> list[tuple[_Task, dict[str, Any]]]:
+        busy = [w for w in self.workers if w.task is not None]
+        if not busy:
+            return []
+        for w in busy:  # a worker that cannot start must not hang the campaign
+            if not w.ready and time.monotonic() - w.started_at > WORKER_START_TIMEOUT:
+                raise CampaignError(f"a worker process did not start within {WORKER_START_TIMEOUT:.0f} s")
+        multiprocessing.connection.wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout)
+        finished: list[tuple[_Task, dict[str, Any]]] = []
+        for w in busy:
+            task = w.task
+            assert task is not None
+            dead = False
+            try:
+                while w.conn.poll():
+                    kind, data = w.conn.recv()
+                    if kind == "init-failed":
+                        raise CampaignError(f"a worker process could not import its modules: {data}")
+                    if kind == "ready":
+                        w.ready = True
+                        task.started = time.monotonic()
+                    elif kind == "done":
+                        w.task = None
+                        finished.append((task, data))
+                        break
+            except (EOFError, OSError):
+                dead = True
+            if w.task is not None and (dead or not w.process.is_alive()):
+                w.process.join(5)
+                error = _death(w.process.exitcode)
+                self._retire(w)
+                finished.append((task, Outcome(task.item.key, "crash", None, error, time.monotonic() - (task.started or w.started_at)).to_json()))
+        return finished
+
+    def kill(self, task: _Task) -> list[_Task]:
+        for w in list(self.workers):
+            if w.task is task:
+                self._retire(w)
+        return []
+
+    def close(self) -> None:
+        for w in list(self.workers):
+            if w.task is None:
+                with contextlib.suppress(Exception):
+                    w.conn.send(None)
+        deadline = time.monotonic() + 10
+        for w in list(self.workers):
+            w.process.join(max(0.0, deadline - time.monotonic()))
+            self._retire(w)
+
+
+class _RayPool(_Executor):
+    """``ray.util.multiprocessing.Pool`` on a cluster: ``jobs`` actors, at most ``jobs`` items
+    submitted at a time; a crash or a timeout restarts the pool (its actors cannot be killed
+    one by one through the pool's interface) and the other running items start again."""
+
+    def __init__(self, address: str, jobs: int, fn: ItemFn, settings: dict[str, Any], imports: tuple[str, ...]) -> None:
+        try:  # (imported by name: Ray is an optional extra, without type information here)
+            pool_class: Any = importlib.import_module("ray.util.multiprocessing").Pool
+            ray: Any = importlib.import_module("ray")
+        except ImportError as err:
+            raise CampaignError("--ray needs Ray: pip install 'fx-aliasing[ray]'") from err
+
+        super().__init__()
+        self.ray = ray
+        self.started_ray = not ray.is_initialized()
+        self.slots = jobs
+        self.fn, self.settings, self.imports = fn, settings, imports
+        self.address = address
+        self.make_pool: Callable[[], Any] = lambda: pool_class(
+            processes=jobs, initializer=_import_modules, initargs=(imports,), ray_address=address
+        )
+        try:
+            self.pool: Any = self.make_pool()
+        except Exception as err:
+            raise CampaignError(f"cannot start a Ray pool of {jobs} on {address}: {type(err).__name__}: {err}") from err
+        self.handles: dict[int, tuple[_Task, Any]] = {}
+
+    def submit(self, task: _Task) -> None:
+        task.started = time.monotonic()
+        handle = self.pool.apply_async(_call_item, (self.fn, self.settings, task.item.key, task.item.payload))
+        self.handles[id(task)] = (task, handle)
+
+    def running(self) -> list[_Task]:
+        return [task for task, _ in self.handles.values()]
+
+    def _restart(self, keep: _Task | None) -> list[_Task]:
+        """A new pool; the tasks that were running (but ``keep``) to submit again."""
+        again = [task for task, _ in self.handles.values() if task is not keep]
+        self.handles.clear()
+        with contextlib.suppress(Exception):
+            self.pool.terminate()
+        self.pool = self.make_pool()
+        return again
+
+    def wait(self, timeout: float) -> list[tuple[_Task, dict[str, Any]]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            finished: list[tuple[_Task, dict[str, Any]]] = []
+            for ident, (task, handle) in list(self.handles.items()):
+                if not handle.ready():
+                    continue
+                del self.handles[ident]
+                try:
+                    finished.append((task, handle.get(0)))
+                except Exception as err:  # the actor died under the item
+                    error = f"worker died: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                    finished.append((task, Outcome(task.item.key, "crash", None, error[:_ERROR_LIMIT], time.monotonic() - task.started).to_json()))
+                    self.resubmit = self._restart(None)
+                    return finished
+            if finished or time.monotonic() >= deadline:
+                return finished
+            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+    def kill(self, task: _Task) -> list[_Task]:
+        return self._restart(task)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.pool.terminate()
+        if self.started_ray:
+            self.ray.shutdown()
+
+
+# ---------------------------------------------------------------------------
+# the engine
+
+
+def run_campaign(
+    fn: ItemFn,
+    items: Iterable[WorkItem],
+    *,
+    settings: dict[str, Any],
+    tool: str,
+    options: CampaignOptions | None = None,
+    progress: Callable[[Outcome, int, int | None], None] | None = None,
+) -> CampaignRun:
+    """Run ``fn(settings, item.payload)`` for every item (of the shard), as ``options`` say.
+
+    Parameters
+    ----------
+    fn
+        A top-level function (workers import it by name) returning JSON-ready data.
+    items
+        The work items. With a ``shard`` they must be a finite sequence; without one
+        they may be an endless iterator (e.g. soak seeds under a ``time_budget``).
+    settings
+        JSON-ready settings, passed to ``fn`` and written in the results header.
+    tool
+        The tool's module (``"aliasing.audit"``): named in the header, for the merge.
+    options
+        Jobs, shard, results file, Ray address, time limit, imports, time budget.
+    progress
+        Called after each new outcome with (outcome, outcomes so far, items or ``None``).
+
+    Returns
+    -------
+    CampaignRun
+
+    Raises
+    ------
+    CampaignError
+        For a results file of another campaign, or a worker that cannot start.
+
+    Examples
+    --------
+    >>> run = run_campaign(_square, [WorkItem("a", 3), WorkItem("b", "x")], settings={"offset": 0}, tool="doctest")
+    >>> run.outcomes["a"].value, run.outcomes["b"].status
+    (9, 'error')
+    """
+    options = options or CampaignOptions()
+    settings = _json_ready(settings)
+    start = time.monotonic()
+    if options.shard is not None:
+        items = shard(list(items), *options.shard)
+    total = len(items) if isinstance(items, Sequence) else None
+    results = _ResultsFile(options.results, _header(tool, settings, options.shard)) if options.results else None
+    done: dict[str, Outcome] = dict(results.done) if results else {}
+    resumed = len(done)
+    pending = (item for item in items if item.key not in done)
+    fn = _importable(fn)
+    executor: _Executor
+    if options.ray_address is not None:
+        executor = _RayPool(options.ray_address, options.jobs or 1, fn, settings, options.imports)
+    elif options.jobs is None:
+        executor = _InProcess(fn, settings)
+        _import_modules(options.imports)
+    else:
+        executor = _LocalProcesses(options.jobs, fn, settings, options.imports)
+    again: deque[_Task] = deque()
+    not_started: list[str] = []
+    limit = options.item_timeout
+
+    def record(outcome: Outcome) -> None:
+        done[outcome.key] = outcome
+        if results is not None:
+            results.append(outcome)
+        if progress is not None:
+            progress(outcome, len(done), total)
+
+    def next_task() -> _Task | None:
+        if again:
+            return again.popleft()
+        for item in pending:
+            if options.time_budget is not None and time.monotonic() - start >= options.time_budget:
+                not_started.append(item.key)
+                if total is not None:  # (an endless iterator is left as it is)
+                    not_started.extend(i.key for i in pending)
+                return None
+            return _Task(item)
+        return None
+
+    try:
+        exhausted = False
+        while True:
+            while not exhausted and len(executor.running()) < executor.slots:
+                task = next_task()
+                if task is None:
+                    exhausted = True
+                    break
+                executor.submit(task)
+            running = executor.running()
+            if not running:
+                break
+            now = time.monotonic()
+            clocks = [t.started + limit - now for t in running if limit is not None and t.started]
+            wait = max(0.0, min(clocks)) if clocks else 1.0
+            for _task, data in executor.wait(min(wait, 1.0)):
+                record(Outcome.from_json(data))
+            if executor.resubmit:
+                again.extend(executor.resubmit)
+                executor.resubmit = []
+                exhausted = False
+            if limit is not None:
+                for task in executor.running():
+                    if task.started and time.monotonic() - task.started > limit:
+                        again.extend(executor.kill(task))
+                        exhausted = False
+                        record(Outcome(task.item.key, "timeout", None, f"over the item time limit of {limit:g} s", time.monotonic() - task.started))
+    finally:
+        executor.close()
+        if results is not None:
+            results.close()
+    return CampaignRun(done, tuple(not_started), resumed, time.monotonic() - start)
+
+
+def _square(settings: dict[str, Any], payload: Any) -> Any:
+    """The doctests' item function: ``payload ** 2 + offset``."""
+    return payload**2 + settings["offset"]
+
+
+# ---------------------------------------------------------------------------
+# command lines
+
+
+def add_campaign_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every campaign tool takes: ``--jobs``, ``--shard``, ``--results``, ``--ray``,
+    ``--item-timeout``, ``--import`` and ``--merge`` (read with :func:`options_from_args`)."""
+    group = parser.add_argument_group("campaign (aliasing.campaign)")
+    group.add_argument("--jobs", type=int, default=None, metavar="N", help="run the items in N worker processes (default: in this process)")
+    group.add_argument("--shard", type=parse_shard, default=None, metavar="K/N", help="run only the K-th of N disjoint parts of the items")
+    group.add_argument("--results", type=Path, default=None, metavar="PATH", help="append each item's outcome to this JSON Lines file; resume from it")
+    group.add_argument("--ray", default=None, metavar="ADDRESS", help="run the workers on this Ray cluster (needs the ray extra)")
+    group.add_argument("--item-timeout", type=float, default=None, metavar="S", help="kill a worker whose item runs over S seconds")
+    group.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE", help="import MODULE here and in every worker first (custom ops)")
+    group.add_argument("--merge", nargs="+", type=Path, default=None, metavar="RESULTS", help="print the report of these results files (shards) instead of running")
+    group.add_argument("--allow-missing", action="store_true", help="with --merge: report even if the files miss items")
+
+
+def options_from_args(args: argparse.Namespace, *, time_budget: float | None = None) -> CampaignOptions:
+    """The :class:`CampaignOptions` of parsed :func:`add_campaign_arguments` options."""
+    jobs = args.jobs if args.jobs is not None or args.ray is None else 1
+    return CampaignOptions(
+        jobs=jobs,
+        shard=args.shard,
+        results=args.results,
+        ray_address=args.ray,
+        item_timeout=args.item_timeout,
+        imports=tuple(args.imports),
+        time_budget=time_budget,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m aliasing.campaign merge RESULTS... [-- TOOL OPTIONS]``: the report of a campaign's
+    results files, printed by the tool their header names (``python -m TOOL --merge RESULTS...``);
+    ``python -m aliasing.campaign status RESULTS...``: items recorded per file and status.
+
+    Examples
+    --------
+    >>> main(["status", "/nonexistent.jsonl"])
+    Traceback (most recent call last):
+    ...
+    aliasing.errors.CampaignError: /nonexistent.jsonl: no such results file
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, rest = argv[:at], argv[at + 1 :]
+    parser = argparse.ArgumentParser(prog="python -m aliasing.campaign", description="Merge or inspect campaign results files.")
+    parser.add_argument("command", choices=("merge", "status"))
+    parser.add_argument("results", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+    headers = []
+    for path in args.results:
+        if not path.exists():
+            raise CampaignError(f"{path}: no such results file")
+        headers.append(_read_file(path))
+    if args.command == "status":
+        for path, (header, outcomes, _) in zip(args.results, headers):
+            counts = {s: sum(o.status == s for o in outcomes) for s in STATUSES}
+            part = "/".join(map(str, header["shard"])) if header["shard"] else "all"
+            print(f"{path}: {header['tool']}, shard {part}, {len(outcomes)} items: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        return 0
+    tools = {h["tool"] for h, _, _ in headers}
+    if len(tools) != 1:
+        raise CampaignError(f"the files are of several tools: {sorted(tools)}")
+    tool_main: Callable[[list[str]], int] = importlib.import_module(tools.pop()).main
+    return tool_main(["--merge", *map(str, args.results), *rest])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
