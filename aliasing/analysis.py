@@ -800,12 +800,11 @@ def counting_analyses() -> Iterator[AnalysisCount]:
     -------
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
-    >>> import rewrite
     >>> gm = make_fx(lambda x: x.clone() + 1, tracing_mode="fake")(torch.randn(2))
     >>> with counting_analyses() as n:
-    ...     _ = rewrite.eliminate_clones(gm)
+    ...     _ = analyze(gm), analyze(gm.graph)
     >>> n.count
-    1
+    2
     """
     counter = AnalysisCount()
     _COUNTERS.append(counter)
