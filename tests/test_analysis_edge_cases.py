@@ -113,3 +113,31 @@ def test_copy_and_out_destinations_are_written_not_read() -> None:
     assert ("read", "add_1") in listed and ("write", "add_1") in listed
     assert [n.name for n in analysis.readers("y_1")] == ["copy_"]
     check_analysis(analysis, gm, [torch.randn(3), torch.randn(3)])
+
+
+
+
+def test_view_or_copy_answers_remembered_per_layout_stay_right() -> None:
+    """The view-or-copy answer of ``reshape`` is remembered per op and argument layouts: never per size.
+
+    ``y.t().reshape(12)`` copies; after a rewrite hands that ``reshape`` the contiguous ``x``
+    of the same sizes and offset, its recorded value still says "copy", but re-run on ``x``
+    it is a view of ``x``: the analysis, which has just remembered the transposed layout's
+    answer, must say it may alias ``x`` (checked against real memory).
+    """
+
+    class Model(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return x.reshape(12) + y.t().reshape(12)
+
+    ep = torch.export.export(Model(), (torch.randn(3, 4), torch.randn(4, 3)))
+    gm = ep.graph_module
+    x = next(n for n in gm.graph.nodes if n.op == "placeholder")
+    first, second = [n for n in gm.graph.nodes if n.target is torch.ops.aten.reshape.default]
+    before = aliasing.analyze(gm)
+    assert before.may_alias(first, x) and not before.may_alias(second, x)  # a view of x; a copy of y.t()
+    second.args = (x, *second.args[1:])  # the rewrite: the same sizes and offset, other strides
+    gm.recompile()
+    after = aliasing.analyze(gm)
+    assert after.may_alias(second, x)
+    check_analysis(after, gm, [torch.randn(3, 4), torch.randn(4, 3)])
