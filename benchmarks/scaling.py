@@ -25,8 +25,9 @@ What is measured, per graph size, in one process and on the same graph
   the installed ``vllm`` package, under its pass context) on a fresh copy of the
   ``Graph``, and the same followed by ``GraphModule.recompile``, as a pass on a
   ``GraphModule`` needs; left out when ``vllm`` is not installed.
-- ``hostile_no_meta``: ``eliminate_graph`` on the graph whose weight inputs
-  carry no ``meta['val']``; ``hostile_unknown``: ``eliminate_graph`` on the
+- ``hostile_no_meta``: ``eliminate_graph`` on the graph whose placeholders after
+  the fifth carry no ``meta['val']`` (the synthetic shape's weights; the
+  shared-weight shape's ``cos`` and ``sin``); ``hostile_unknown``: ``eliminate_graph`` on the
   graph with an opaque Python call on every layer's input.
 
 The measures run interleaved, one round after another (``--repeats`` rounds, or
@@ -388,7 +389,8 @@ def _vllm_pass() -> Callable[[torch.fx.Graph], object] | None:
 
 
 def hostile_no_meta(graph: torch.fx.Graph) -> torch.fx.Graph:
-    """A copy of ``graph`` whose weight inputs (placeholders other than the first five) carry no ``meta['val']``."""
+    """A copy of ``graph`` whose placeholders other than the first five carry no ``meta['val']``
+    (the synthetic shape's weights, the shared-weight shape's ``cos`` and ``sin``)."""
     g = copy.deepcopy(graph)
     for i, node in enumerate(n for n in g.nodes if n.op == "placeholder"):
         if i >= 5:
