@@ -15,20 +15,22 @@ Public surface:
 
 Layering
 --------
-Data flows one way: facts read from the graph's metadata, effects of each op,
+Three subpackages: :mod:`aliasing.core` (the analysis), :mod:`aliasing.pictures` (what is
+drawn from an analysis) and :mod:`aliasing.verification` (what checks an analysis against
+real execution). Data flows one way: facts read from the graph's metadata, effects of each op,
 the analysis, then what is built from an analysis. Each module imports only
 modules of the layers above its own (``tests/test_layering.py`` reads the
 imports and checks them against this list, the only list of the layers:
 docs/DESIGN.md refers to it); nothing here imports :mod:`rewrite`.
 
-1. errors: the exception classes of the package (re-exported by the modules that raise them)
-2. roles, regions, hidden_effects, resolve, layout_divergences, time_limit: boundary roles, byte regions, tables, the audits' per-sample time limit
-3. facts, target, registry, campaign: what node metadata says; what the caller passed, validated; how each ATen overload's effects are known; campaigns of work items (worker processes, shards, resumable results, Ray) for the audits and the soak
-4. effects: the rule table, one effect per op, with a conservative default
-5. subgraphs: control-flow rules, given the analysis entry point (they do not import it)
-6. analysis: ``analyze`` and the immutable ``AliasAnalysis``; ``DEFAULT_EFFECTS``
-7. storage_graph, oracle, layout_audit: the networkx graph of an analysis and its DOT picture; real-execution checks of one; meta and fake layouts against eager
-8. audit, timeline: the effects audit over PyTorch's operator database; the storage timeline picture
+1. errors, core, pictures, verification: the exception classes of the package; the three subpackages (docstrings only)
+2. core.roles, core.regions, core.hidden_effects, core.resolve, core.layout_divergences, verification.time_limit: boundary roles, byte regions, tables, the audits' per-sample time limit
+3. core.facts, core.target, core.registry, verification.campaign: what node metadata says; what the caller passed, validated; how each ATen overload's effects are known; campaigns of work items (worker processes, shards, resumable results, Ray) for the audits and the soak
+4. core.effects: the rule table, one effect per op, with a conservative default
+5. core.subgraphs: control-flow rules, given the analysis entry point (they do not import it)
+6. core.analysis: ``analyze`` and the immutable ``AliasAnalysis``; ``DEFAULT_EFFECTS``
+7. pictures.storage_graph, verification.oracle, verification.layout_audit: the networkx graph of an analysis and its DOT picture; real-execution checks of one; meta and fake layouts against eager
+8. verification.audit, pictures.timeline: the effects audit over PyTorch's operator database; the storage timeline picture
 
 Example
 -------
@@ -43,7 +45,7 @@ Example
 False
 """
 
-from aliasing.analysis import (
+from aliasing.core.analysis import (
     DEFAULT_EFFECTS,
     Access,
     AliasAnalysis,
@@ -54,12 +56,12 @@ from aliasing.analysis import (
     warnings_once,
     with_control_flow,
 )
-from aliasing.effects import Effect, EffectTable
+from aliasing.core.effects import Effect, EffectTable
+from aliasing.core.regions import Region, regions_may_overlap
+from aliasing.core.roles import UNKNOWN_STORAGE, Role
 from aliasing.errors import AliasingError, InvalidTargetError, NodeError, UnknownNodeError
-from aliasing.regions import Region, regions_may_overlap
-from aliasing.roles import UNKNOWN_STORAGE, Role
-from aliasing.storage_graph import RenderingError, build_storage_graph, graphviz_available, render_dot, to_dot
-from aliasing.timeline import Timeline, plot_timeline, save_timeline, storage_timeline, timeline_svg
+from aliasing.pictures.storage_graph import RenderingError, build_storage_graph, graphviz_available, render_dot, to_dot
+from aliasing.pictures.timeline import Timeline, plot_timeline, save_timeline, storage_timeline, timeline_svg
 
 __all__ = [
     "DEFAULT_EFFECTS",

@@ -3,8 +3,8 @@
 Every error the library raises on purpose derives from :class:`AliasingError`.
 Messages that concern a graph node show it with ``node.format_node()``.
 The modules that raise them re-export them under their old names
-(``aliasing.oracle.AnalysisUnsound``, ``aliasing.storage_graph.RenderingError``,
-``aliasing.time_limit.SampleTimeout``...), so either import works; the errors of
+(``aliasing.verification.oracle.AnalysisUnsound``, ``aliasing.pictures.storage_graph.RenderingError``,
+``aliasing.verification.time_limit.SampleTimeout``...), so either import works; the errors of
 :mod:`rewrite` are in :mod:`rewrite.errors`.
 """
 
@@ -64,7 +64,7 @@ class NodeError(AliasingError):
 
 
 class OpaqueSubgraph(AliasingError):
-    """A subgraph whose effect on its inputs cannot be summarised precisely (R5 of :mod:`aliasing.subgraphs`)."""
+    """A subgraph whose effect on its inputs cannot be summarised precisely (R5 of :mod:`aliasing.core.subgraphs`)."""
 
 
 class AnalysisUnsound(AliasingError, AssertionError):
@@ -85,7 +85,7 @@ class LayoutAuditError(AliasingError, ValueError):
 
 class SampleTimeout(BaseException):
     """Raised by the alarm when one sample runs past its time limit (a BaseException, so
-    that an op's own ``except Exception`` cannot swallow it; :func:`aliasing.time_limit.time_limit`)."""
+    that an op's own ``except Exception`` cannot swallow it; :func:`aliasing.verification.time_limit.time_limit`)."""
 
 
 class AuditError(AliasingError, ValueError):

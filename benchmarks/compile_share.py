@@ -49,7 +49,7 @@ import torch
 import torch.fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from aliasing.analysis import counting_analyses
+from aliasing.core.analysis import counting_analyses
 from benchmarks.models import MODELS
 from rewrite.inductor import CloneEliminationPass, compile_options
 
@@ -113,7 +113,7 @@ class Compile:
     removed: int = 0
     kept: int = 0
     passes: dict[str, float] = field(default_factory=dict)
-    analyses: int = 0  #: alias analyses built during the compile (aliasing.analysis.counting_analyses)
+    analyses: int = 0  #: alias analyses built during the compile (aliasing.core.analysis.counting_analyses)
 
 
 def compile_once(name: str, config: str) -> Compile:

@@ -25,7 +25,7 @@ removals the pass makes too (no credit for clones greedy keeps, so a program
 where the pass beats greedy cannot hide a miss elsewhere), programs short of
 greedy, programs beating it, unsound rewrites (their removals do not count).
 
-Each batch of 100 programs is one work item of a campaign (:mod:`aliasing.campaign`):
+Each batch of 100 programs is one work item of a campaign (:mod:`aliasing.verification.campaign`):
 ``--jobs N`` measures batches in N worker processes, ``--shard K/N`` one of N
 disjoint parts of them, ``--results PATH`` records each batch as it ends (and
 resumes from it), ``--ray ADDRESS`` runs them on a Ray cluster, and ``--merge
@@ -54,8 +54,8 @@ from typing import Any
 
 import torch
 
-from aliasing import campaign
-from aliasing.campaign import CampaignError, Outcome, WorkItem
+from aliasing.verification import campaign
+from aliasing.verification.campaign import CampaignError, Outcome, WorkItem
 from rewrite.testing.equivalence import copy_program
 from rewrite.testing.precision import (
     BATCH,

@@ -78,7 +78,7 @@ from benchmarks.synthetic import (
     shared_layers_for_nodes,
 )
 from rewrite.errors import NotEquivalent
-from rewrite.planner import is_clone_candidate
+from rewrite.planning.planner import is_clone_candidate
 from rewrite.testing import check_equivalent, copy_program
 from rewrite.testing.broken import output_only_clone_elimination, plan_output_only, remove_clones
 

@@ -22,20 +22,24 @@ Example
 ('clone',)
 """
 
-from rewrite.apply import apply_decisions
-from rewrite.decisions import CloneEliminationReport, Decision, Reason
-from rewrite.eliminate import eliminate_clones
+from rewrite.editing.apply import apply_decisions
 from rewrite.errors import NotEquivalent, RewriteError
-from rewrite.planner import is_clone_candidate, plan_clone_elimination
+from rewrite.pipeline.driver import lower_and_eliminate
+from rewrite.pipeline.eliminate import eliminate_clones
+from rewrite.pipeline.reports import PipelineReport
+from rewrite.planning.decisions import CloneEliminationReport, Decision, Reason
+from rewrite.planning.planner import is_clone_candidate, plan_clone_elimination
 
 __all__ = [
     "CloneEliminationReport",
     "Decision",
     "NotEquivalent",
+    "PipelineReport",
     "Reason",
     "RewriteError",
     "apply_decisions",
     "eliminate_clones",
     "is_clone_candidate",
+    "lower_and_eliminate",
     "plan_clone_elimination",
 ]

@@ -58,7 +58,7 @@ import torch.fx
 
 from aliasing import AliasingError, RenderingError, analyze, graphviz_available, render_dot, save_timeline
 from rewrite import eliminate_clones
-from rewrite.copying import copy_program
+from rewrite.editing.copying import copy_program
 from rewrite.errors import DemoFailed, NotEquivalent, OracleError, UsageError
 from rewrite.examples import DEMO_DONATED_INPUTS, TracingMode, demo_block, trace_demo
 from rewrite.explain import (

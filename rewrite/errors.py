@@ -2,7 +2,7 @@
 
 The modules that raise them re-export them under their old names
 (``rewrite.testing.equivalence.OracleError``, ``rewrite.explain.ProgramFileError``,
-``rewrite.lowering.builder.LoweringSkip``, ``rewrite.cli.DemoFailed`` and
+``rewrite.editing.nodes.LoweringSkip``, ``rewrite.cli.DemoFailed`` and
 ``rewrite.cli.UsageError``), so either import works.
 """
 

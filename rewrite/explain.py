@@ -64,12 +64,12 @@ import torch
 import torch.fx
 
 from aliasing import AliasAnalysis, analyze, plot_timeline, to_dot, warnings_once
+from aliasing.core.roles import CALLER_VISIBLE
 from aliasing.errors import AliasingError
-from aliasing.roles import CALLER_VISIBLE
-from rewrite.copying import copy_program
-from rewrite.decisions import CloneEliminationReport
-from rewrite.eliminate import eliminate_clones
+from rewrite.editing.copying import copy_program
 from rewrite.errors import ProgramFileError
+from rewrite.pipeline.eliminate import eliminate_clones
+from rewrite.planning.decisions import CloneEliminationReport
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -202,7 +202,7 @@ def format_decisions(report: CloneEliminationReport) -> str:
 
     Examples
     --------
-    >>> from rewrite.decisions import CloneEliminationReport, Decision, Reason
+    >>> from rewrite.planning.decisions import CloneEliminationReport, Decision, Reason
     >>> print(format_decisions(CloneEliminationReport((Decision("clone", "keep", Reason.LAYOUT, ("x",), "x"),))))
     clone  original  action  reason     evidence
     -----  --------  ------  ---------  --------

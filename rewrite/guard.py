@@ -90,7 +90,7 @@ returns there; :mod:`rewrite.inductor` reads it from AOTAutograd's metadata.
 Every guard copy is an ``aten.clone`` (H7: ``aten.as_strided_copy``); where
 its layout is observed (a returned value, a scatter's base: H2-H4) it keeps
 the exact layout of what it copies (the flat storage-prefix copy of
-:func:`rewrite.lowering.builder.copy_preserving` for a strided view). An FX
+:func:`rewrite.editing.nodes.copy_preserving` for a strided view). An FX
 clone whose source Inductor writes later is materialised before that write.
 Read literally on the FX graph a guard clone is removable, so the clone
 elimination must be told to keep them (:attr:`GuardReport.clones`; H1 runs
@@ -133,10 +133,10 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from aliasing import AliasAnalysis, analyze
-from aliasing.effects import SINGLE
-from aliasing.facts import known_equal, meta_value, same_region
-from aliasing.regions import Region, regions_may_overlap
-from rewrite.lowering.builder import (
+from aliasing.core.effects import SINGLE
+from aliasing.core.facts import known_equal, meta_value, same_region
+from aliasing.core.regions import Region, regions_may_overlap
+from rewrite.editing.nodes import (
     Builder,
     LoweringSkip,
     copy_preserving,

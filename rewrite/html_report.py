@@ -40,13 +40,13 @@ import torch
 import torch.fx
 
 from aliasing import RenderingError, graphviz_available, render_dot
-from aliasing.storage_graph import reason_text
+from aliasing.pictures.storage_graph import reason_text
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from aliasing import AliasAnalysis
-    from rewrite.decisions import CloneEliminationReport, Decision
+    from rewrite.planning.decisions import CloneEliminationReport, Decision
 
 __all__ = ["MAX_CLOSE_UPS", "ExplainedProgram", "render_html"]
 

@@ -8,7 +8,7 @@ mutable custom ops itself. With ``lower_functional=True`` it lowers
 ``auto_functionalized``, ``auto_functionalized_v2`` and
 ``triton_kernel_wrapper_functional`` into explicit clones plus in-place calls
 (:func:`rewrite.lowering.lower_functional_ops`), then lets the one copy planner
-(:mod:`rewrite.planner`) remove every copy the program does not need: clones
+(:mod:`rewrite.planning.planner`) remove every copy the program does not need: clones
 that conditions C1-C7 allow, clones folded into the original they are copied
 back into (the ``copy_`` epilogue of a mutated graph input, a scatter
 write-back; condition C8), and the ``copy_`` nodes that then copy a region
@@ -67,7 +67,7 @@ import torch
 import torch.fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from aliasing.registry import torch_release
+from aliasing.core.registry import torch_release
 from rewrite.guard import (
     GuardReport,
     InductorModel,
@@ -78,8 +78,8 @@ from rewrite.guard import (
     hazards_on,
     protected_nodes,
 )
-from rewrite.lowering import PipelineReport, lower_and_eliminate
-from rewrite.lowering.reports import log_pipeline_report
+from rewrite.pipeline.driver import lower_and_eliminate
+from rewrite.pipeline.reports import PipelineReport, log_pipeline_report
 
 __all__ = [
     "CloneEliminationPass",

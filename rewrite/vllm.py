@@ -17,7 +17,7 @@ call signature (``CloneEliminationPass(vllm_config)(graph)``). It is a
 :meth:`uuid` work as for vLLM's passes; it reads the donated inputs from vLLM's
 pass context (``get_pass_context().donated_input_ids``) exactly as vLLM's pass
 does; and it removes every clone that conditions C1-C7 of
-:mod:`rewrite.planner` prove unneeded, with the library's copy-back folds
+:mod:`rewrite.planning.planner` prove unneeded, with the library's copy-back folds
 (C8) and self-copy removal (C9), and keeps every other one
 (:func:`rewrite.lowering.lower_and_eliminate`).
 
@@ -64,8 +64,8 @@ from collections.abc import Iterable, Iterator
 import torch.fx
 
 from rewrite.inductor import library_source_hash
-from rewrite.lowering import PipelineReport, lower_and_eliminate
-from rewrite.lowering.reports import log_pipeline_report
+from rewrite.pipeline.driver import lower_and_eliminate
+from rewrite.pipeline.reports import PipelineReport, log_pipeline_report
 
 
 @contextlib.contextmanager

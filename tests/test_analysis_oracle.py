@@ -23,7 +23,7 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, Stateles
 
 import aliasing
 from aliasing.errors import AliasingError
-from aliasing.oracle import AnalysisUnsound, Exactness, Observed
+from aliasing.verification.oracle import AnalysisUnsound, Exactness, Observed
 from rewrite.testing import check_analysis, observe_memory
 
 Inputs = Callable[[], list[torch.Tensor]]

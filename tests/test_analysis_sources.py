@@ -422,7 +422,7 @@ def test_view_or_copy_decided_on_the_current_argument_after_a_rewrite() -> None:
 
 def test_view_or_copy_downstream_of_a_lying_fake_kernel_keeps_the_alias() -> None:
     # roll keeps a channels-last input's layout on CPU but returns a contiguous fake tensor
-    # (aliasing.layout_divergences): contiguous(channels_last) copies the fake tensor and
+    # (aliasing.core.layout_divergences): contiguous(channels_last) copies the fake tensor and
     # returns the real one itself.
     def fn(x: torch.Tensor) -> torch.Tensor:
         y = x.roll(1, 0)

@@ -1,6 +1,6 @@
-"""A time-bounded slice of the effects audit (``aliasing.audit``), and the audit's own behaviour.
+"""A time-bounded slice of the effects audit (``aliasing.verification.audit``), and the audit's own behaviour.
 
-The full audit (every OpInfo of ``op_db``) runs with ``python -m aliasing.audit``;
+The full audit (every OpInfo of ``op_db``) runs with ``python -m aliasing.verification.audit``;
 its committed results are ``benchmarks/results/audit.{json,md}``. Here a fixed
 list of ops covers functional, in-place and ``out=`` calls (right size, empty,
 wrong shape), views, multi-output ops, metadata mutation (``resize_``), batch
@@ -21,8 +21,8 @@ import pytest
 import torch
 
 import aliasing
-from aliasing.audit import TRACERS, VARIANTS, AuditError, AuditReport, audit, audited_ops, main
-from aliasing.effects import Effect, schema_effect
+from aliasing.core.effects import Effect, schema_effect
+from aliasing.verification.audit import TRACERS, VARIANTS, AuditError, AuditReport, audit, audited_ops, main
 
 SLICE = (
     # elementwise, with in-place and out= (right size, empty, wrong shape) variants
@@ -165,7 +165,7 @@ def test_command_writes_both_reports(tmp_path: Path) -> None:
 
 def test_aliasing_imports_no_rewrite() -> None:
     code = (
-        "import sys, aliasing, aliasing.audit, aliasing.oracle; "
+        "import sys, aliasing, aliasing.verification.audit, aliasing.verification.oracle; "
         "bad = sorted(m for m in sys.modules if m == 'rewrite' or m.startswith('rewrite.')); "
         "assert not bad, bad"
     )
@@ -173,17 +173,17 @@ def test_aliasing_imports_no_rewrite() -> None:
 
 
 def test_oracle_lives_in_aliasing_and_rewrite_testing_reexports_it() -> None:
-    import aliasing.oracle
+    import aliasing.verification.oracle
     import rewrite.testing
 
     for name in ("AnalysisUnsound", "Exactness", "Observed", "check_analysis", "observe_memory"):
-        assert getattr(rewrite.testing, name) is getattr(aliasing.oracle, name)
+        assert getattr(rewrite.testing, name) is getattr(aliasing.verification.oracle, name)
     assert not (Path(__file__).parents[1] / "rewrite" / "testing" / "oracle.py").exists()
 
 
 # ---------------------------------------------------------------------------- fixed violations
-# Found by the full audit, fixed by new kinds of rules in aliasing/effects.py and
-# aliasing/analysis.py (not expressible as aliasing.hidden_effects entries): regression tests.
+# Found by the full audit, fixed by new kinds of rules in aliasing/core/effects.py and
+# aliasing/core/analysis.py (not expressible as aliasing.core.hidden_effects entries): regression tests.
 
 
 def test_empty_out_that_the_fake_kernel_does_not_resize() -> None:

@@ -1,4 +1,4 @@
-"""Campaigns (aliasing.campaign): shards, worker processes, resume, merge, failures, Ray.
+"""Campaigns (aliasing.verification.campaign): shards, worker processes, resume, merge, failures, Ray.
 
 The audit and the soak give the same totals in one process, in worker processes,
 in shards merged back, after a kill and a resume, and on a Ray cluster started here.
@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from aliasing import audit as audit_module
-from aliasing import campaign
-from aliasing.campaign import CampaignError, CampaignOptions, WorkItem, merge_results, run_campaign, shard
 from aliasing.errors import AliasingError
+from aliasing.verification import audit as audit_module
+from aliasing.verification import campaign
+from aliasing.verification.campaign import CampaignError, CampaignOptions, WorkItem, merge_results, run_campaign, shard
 from rewrite.testing import soak
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def test_shards_are_a_disjoint_cover() -> None:
 @pytest.mark.integration  # worker processes
 def test_shards_are_the_same_in_another_process() -> None:
     code = (
-        "from aliasing.campaign import WorkItem, shard; "
+        "from aliasing.verification.campaign import WorkItem, shard; "
         "print([i.key for i in shard([WorkItem(f'k{i}', i) for i in range(30)], 2, 3)])"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}

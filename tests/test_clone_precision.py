@@ -1,6 +1,6 @@
 """Golden decisions of the precision refinements of the planner (and of torch-level clones).
 
-One section per capability of :mod:`rewrite.planner`: C1 refined (layout
+One section per capability of :mod:`rewrite.planning.planner`: C1 refined (layout
 observability), liveness (dead readers and dead writers), element-exact
 same-node effects, kills and value-preserving copies, dead clones erased
 with their writers (C10), ``wrap`` judged through its subgraph, and
@@ -595,9 +595,9 @@ def test_lowered_v1_kv_pool_with_eliminate_clones_alone() -> None:
 
 def test_applier_checks_an_erased_group_before_changing_anything() -> None:
     """The applier stays all or nothing with C10: a group still used from outside is refused."""
-    from rewrite.apply import apply_decisions
-    from rewrite.decisions import Decision
+    from rewrite.editing.apply import apply_decisions
     from rewrite.errors import RewriteError
+    from rewrite.planning.decisions import Decision
 
     def f(x: torch.Tensor) -> torch.Tensor:
         y = x * 2
@@ -714,7 +714,7 @@ def _overwritten(x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     ids=["layout", "liveness", "exact", "kills"],
 )
 def test_leaving_a_refinement_out_keeps_its_case(fn: Fn, inputs: Inputs, refinement: str, kept_for: Reason) -> None:
-    from rewrite.planner import REFINEMENTS
+    from rewrite.planning.planner import REFINEMENTS
 
     gm = make_fx(fn, tracing_mode="fake")(*inputs())
     assert eliminate_clones(copy_program(gm), strict=True).removed == ("clone",)  # type: ignore[arg-type]

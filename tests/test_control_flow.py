@@ -1,4 +1,4 @@
-"""Control-flow higher-order ops analysed through their subgraphs (``aliasing.subgraphs``).
+"""Control-flow higher-order ops analysed through their subgraphs (``aliasing.core.subgraphs``).
 
 Every program runs for real under the memory oracle (``check_analysis``), with
 each predicate value and with loops that run zero and several times:
@@ -12,7 +12,7 @@ each predicate value and with loops that run zero and several times:
 3. Nested control flow, ``invoke_subgraph`` (Inductor post-grad graph), ``wrap``
    and the wrap-like ops (``torch.export``'s grad-mode and autocast regions).
 4. What a summary cannot express falls back to an unknown op (rules R5 a-g of
-   ``aliasing.subgraphs``), and the fallback is still sound.
+   ``aliasing.core.subgraphs``), and the fallback is still sound.
 5. Clone elimination: a clone passed to a read-only ``cond`` is removed, one
    passed to a mutating ``cond`` is kept; both rewrites checked by real runs.
 """
@@ -35,8 +35,8 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 import aliasing
 from aliasing import DEFAULT_EFFECTS, with_control_flow
-from aliasing.effects import Effect
-from aliasing.subgraphs import OpaqueSubgraph, summarize_subgraph
+from aliasing.core.effects import Effect
+from aliasing.core.subgraphs import OpaqueSubgraph, summarize_subgraph
 from rewrite import eliminate_clones
 from rewrite.testing import check_analysis, check_equivalent, copy_program
 

@@ -30,9 +30,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from aliasing import analyze
 from rewrite import Reason, apply_decisions, eliminate_clones
-from rewrite.decisions import Decision
 from rewrite.errors import RewriteError
-from rewrite.planner import plan_clone_elimination
+from rewrite.planning.decisions import Decision
+from rewrite.planning.planner import plan_clone_elimination
 from rewrite.testing import check_equivalent, copy_program
 from rewrite.testing.programs import _KINDS, Program, _Builder, _draw_inputs, _finish, _inputs_source
 
@@ -145,7 +145,7 @@ def test_a_dead_clone_feeding_a_runtime_check_is_kept(name: str, mode: str) -> N
 def test_impure_nodes_are_never_erased_with_a_dead_clone() -> None:
     """Every kind of impure node torch.fx's dead-code elimination keeps (``Node.is_impure()``) stays
     in a dead clone's group: asserts, range constraints, profiler ranges."""
-    from rewrite.dataflow import is_side_effectful
+    from rewrite.planning.dataflow import is_side_effectful
 
     def f(x: torch.Tensor) -> torch.Tensor:
         o = x * 2

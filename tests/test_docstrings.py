@@ -23,7 +23,7 @@ def _modules() -> list[str]:
 
 
 #: Modules whose examples run for tens of seconds (fuzzing, audits, soak campaigns).
-SLOW_EXAMPLES = {"rewrite.testing.programs", "aliasing.audit", "rewrite.testing.soak"}
+SLOW_EXAMPLES = {"rewrite.testing.programs", "aliasing.verification.audit", "rewrite.testing.soak"}
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ import torch.fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from rewrite.inductor import CloneEliminationPass, library_source_hash
-from rewrite.lowering import PipelineReport
+from rewrite.pipeline.reports import PipelineReport
 
 #: torch.compile with Inductor (and a Triton kernel in a subprocess)
 pytestmark = pytest.mark.integration
@@ -389,7 +389,7 @@ def test_uuid_changes_with_library_source(monkeypatch: pytest.MonkeyPatch, tmp_p
     monkeypatch.setattr(adapter, "_ROOT", tmp_path)
     before = CloneEliminationPass().uuid()
     assert before == CloneEliminationPass().uuid()
-    for changed in ("rewrite/planner.py", "rewrite/lowering/driver.py"):  # a module and a subpackage's module
+    for changed in ("rewrite/planning/planner.py", "rewrite/pipeline/driver.py"):  # a module and a subpackage's module
         path = tmp_path / changed
         path.write_text(path.read_text() + "\n# changed\n")
         after = CloneEliminationPass().uuid()
@@ -455,7 +455,7 @@ def test_cache_hit_says_the_report_came_from_the_cache(
 
 
 def test_never_raises_on_a_broken_pipeline(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    import rewrite.lowering.driver as driver
+    import rewrite.pipeline.driver as driver
 
     def boom(graph: torch.fx.Graph, **_: Any) -> None:
         raise RuntimeError("boom")
@@ -539,7 +539,7 @@ TRITON_SCRIPT = textwrap.dedent(
 
     from torch._dynamo.backends.common import aot_autograd
     from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
-    from rewrite.lowering import lower_and_eliminate
+    from rewrite.pipeline.driver import lower_and_eliminate
     from rewrite.testing import check_equivalent, copy_program
 
     results = {}

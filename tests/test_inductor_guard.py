@@ -44,7 +44,7 @@ import pytest
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
-from aliasing.registry import torch_release
+from aliasing.core.registry import torch_release
 from rewrite.guard import KNOWN_RELEASES, STOCK_MISCOMPILES, GuardReport
 from rewrite.inductor import CloneEliminationPass, JointGraphGuard, compile_options
 
@@ -1070,7 +1070,7 @@ def test_guard_clones_are_kept_by_the_clone_elimination() -> None:
     """A guard clone is removable read literally: the clone elimination must be told to keep it."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from rewrite.lowering import lower_and_eliminate
+    from rewrite.pipeline.driver import lower_and_eliminate
 
     def f(x: torch.Tensor) -> torch.Tensor:
         return (x * 2).clone() + 1

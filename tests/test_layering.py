@@ -149,7 +149,7 @@ def test_confined_dependencies(prefix: str, allowed: set[str]) -> None:
 
 
 #: Modules that set ``meta['val']`` on nodes they create themselves (never on existing nodes).
-CREATES_NODES = {"rewrite.lowering.builder"}
+CREATES_NODES = {"rewrite.editing.nodes"}
 
 
 def test_nothing_writes_node_meta() -> None:
@@ -241,7 +241,7 @@ def test_runtime_modules_and_cli_run_without_hypothesis(tmp_path: Path) -> None:
 def test_testing_package_keeps_its_names() -> None:
     """Every name of ``rewrite.testing.__all__`` resolves (the fuzzer's lazily), and is what its module defines."""
     import rewrite.testing as testing
-    from rewrite.copying import copy_program
+    from rewrite.editing.copying import copy_program
     from rewrite.testing import programs as programs_strategy
     from rewrite.testing.programs import programs
 

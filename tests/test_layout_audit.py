@@ -1,4 +1,4 @@
-"""The layout audit (``python -m aliasing.audit --layouts``) and the planner's use of its table.
+"""The layout audit (``python -m aliasing.verification.audit --layouts``) and the planner's use of its table.
 
 Meta kernels are evidence, not proof: ``aten.roll``'s meta kernel returns a
 contiguous result for every input while the CPU kernel keeps a channels-last
@@ -9,7 +9,7 @@ on meta tensors, removed clones whose layout change ``roll`` makes visible.
   channels-last input, ``clone(memory_format=channels_last)``, ``_to_copy``
   with a memory format) read by ``roll``, traced with ``make_fx`` (fake and
   real) and ``torch.export``: the clone is kept (``roll`` is in
-  ``aliasing.layout_divergences``) and the rewrite equals the original on
+  ``aliasing.core.layout_divergences``) and the rewrite equals the original on
   real inputs; without the table the same rewrite differs (the rewritten
   program raises, or returns other strides);
 - a time-bounded slice of the audit finds ``roll``'s divergence, and what it
@@ -36,10 +36,11 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-import rewrite.dataflow
+import rewrite.planning.dataflow
 from aliasing import layout_divergences
-from aliasing.audit import main as audit_main
-from aliasing.layout_audit import (
+from aliasing.core.registry import committed_path, torch_release
+from aliasing.verification.audit import main as audit_main
+from aliasing.verification.layout_audit import (
     LAYOUTS,
     REGENERATE,
     LayoutAuditError,
@@ -51,7 +52,6 @@ from aliasing.layout_audit import (
     render_table,
     results_path,
 )
-from aliasing.registry import committed_path, torch_release
 from rewrite import Reason, eliminate_clones
 from rewrite.errors import NotEquivalent
 from rewrite.testing import check_equivalent, copy_program
@@ -154,8 +154,8 @@ REAL_LAYOUT_RECORDED = {
 @pytest.mark.parametrize(("name", "tracer"), [c for c in CASES if c not in REAL_LAYOUT_RECORDED])
 def test_without_the_table_the_rewrite_differs(name: str, tracer: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The bug the table fixes: meta's contiguous roll hides the layout change, the clone goes, real runs differ."""
-    monkeypatch.setattr(rewrite.dataflow, "layout_divergent", lambda overload: False)
-    monkeypatch.setattr(rewrite.dataflow, "_recorded_by_liar", lambda analysis, node: None)
+    monkeypatch.setattr(rewrite.planning.dataflow, "layout_divergent", lambda overload: False)
+    monkeypatch.setattr(rewrite.planning.dataflow, "_recorded_by_liar", lambda analysis, node: None)
     original, inputs = _trace(name, tracer)
     rewritten = copy_program(original)
     report = eliminate_clones(rewritten, strict=True)
@@ -169,7 +169,7 @@ def test_roll_is_in_the_table() -> None:
     assert layout_divergences.fake_layout_divergent("aten.roll.default")
     assert "aten.roll.default" in layout_divergences.LAYOUT_DIVERGENT_OVERLOADS
     assert not layout_divergences.layout_divergent("aten.add.Tensor")
-    assert rewrite.dataflow.layout_divergent is layout_divergences.layout_divergent
+    assert rewrite.planning.dataflow.layout_divergent is layout_divergences.layout_divergent
 
 
 def test_overloads_of_a_divergent_op_that_were_never_run_count_as_divergent() -> None:
@@ -229,7 +229,7 @@ def test_clone_of_a_lying_fake_kernels_result_is_kept(tracer: str) -> None:
 
 
 def test_without_the_suspect_rule_the_clone_of_a_lying_kernels_result_goes_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rewrite.dataflow, "_recorded_by_liar", lambda analysis, node: None)
+    monkeypatch.setattr(rewrite.planning.dataflow, "_recorded_by_liar", lambda analysis, node: None)
     original = make_fx(roll_then_contiguous_clone, tracing_mode="fake")(*_channels_last())
     rewritten, report = _rewrite(original)
     assert report.decision("clone").action == "remove", str(report)
@@ -261,7 +261,7 @@ def test_a_copying_consumer_with_an_argument_from_a_lying_kernel_observes(monkey
     d = report.decision("clone")
     assert (d.action, d.reason) == ("keep", Reason.LAYOUT) and "cat" in d.evidence, str(report)
     check_equivalent(original, rewritten, _cat_inputs)
-    monkeypatch.setattr(rewrite.dataflow, "_recorded_by_liar", lambda analysis, node: None)
+    monkeypatch.setattr(rewrite.planning.dataflow, "_recorded_by_liar", lambda analysis, node: None)
     rewritten, report = _rewrite(original)
     assert report.decision("clone").action == "remove", str(report)
     with pytest.raises(NotEquivalent, match=r"\[output\] output 0: strides"):
@@ -348,7 +348,7 @@ def test_committed_table_is_what_the_committed_results_render() -> None:
 
 
 def test_every_supported_release_has_committed_layout_results() -> None:
-    """The releases with a committed operator classification (``aliasing/registry_data``) are the supported ones."""
+    """The releases with a committed operator classification (``aliasing/core/registry_data``) are the supported ones."""
     supported = {p.stem.removeprefix("torch-") for p in committed_path("2.13").parent.glob("torch-*.tsv")}
     assert supported <= set(committed_results()), f"on each release missing, run {REGENERATE}"
     assert set(layout_divergences.TORCH_VERSIONS) == supported
@@ -497,7 +497,7 @@ def test_planted_lying_kernel_is_caught() -> None:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the audit isolates ops in forked children only where os.fork exists")
 def test_a_child_that_never_returns_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
     """A forked child that hangs (a lock held by another thread at fork time) costs its op, never the audit."""
-    from aliasing import layout_audit
+    from aliasing.verification import layout_audit
 
     monkeypatch.setattr(layout_audit, "OP_TIMEOUT", 2.0)
     assert layout_audit._isolated(lambda: time.sleep(60)) == "timed out after 2 s"

@@ -1,4 +1,4 @@
-"""``rewrite.dataflow.Liveness`` on its own: dead nodes, dead readers and ``forget``, against real runs.
+"""``rewrite.planning.dataflow.Liveness`` on its own: dead nodes, dead readers and ``forget``, against real runs.
 
 The reference is what erasing nodes does to real outputs and inputs: a node
 Liveness calls dead must be erasable without changing either, and a node that
@@ -17,8 +17,8 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from aliasing import analyze
-from rewrite.copying import copy_program
-from rewrite.dataflow import Liveness
+from rewrite.editing.copying import copy_program
+from rewrite.planning.dataflow import Liveness
 
 
 def _trace(f: Callable[..., object], *inputs: torch.Tensor) -> torch.fx.GraphModule:

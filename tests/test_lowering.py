@@ -4,7 +4,7 @@ Fast tests on small ``make_fx`` graphs that call the functional wrappers the way
 functionalization emits them. Every rewrite is checked against real execution
 with ``check_equivalent`` (outputs, input mutations, new aliasing, raising), then
 the decisions and the resulting graph are checked. The copy-back folds (C8) and
-self-copies (C9) are decisions of the one copy planner (rewrite.planner).
+self-copies (C9) are decisions of the one copy planner (rewrite.planning.planner).
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from torch._higher_order_ops.auto_functionalize import auto_functionalized, auto
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from rewrite import Reason
-from rewrite.lowering import PipelineReport, lower_and_eliminate, lower_functional_ops, plan_and_apply
+from rewrite.lowering import lower_functional_ops
+from rewrite.pipeline.driver import lower_and_eliminate, plan_and_apply
+from rewrite.pipeline.reports import PipelineReport
 from rewrite.testing import check_equivalent, copy_program
 
 aten = torch.ops.aten

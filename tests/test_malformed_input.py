@@ -17,8 +17,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import aliasing
 from aliasing import InvalidTargetError
 from rewrite import RewriteError, apply_decisions, eliminate_clones
-from rewrite.decisions import Decision, Reason
-from rewrite.planner import plan_clone_elimination
+from rewrite.planning.decisions import Decision, Reason
+from rewrite.planning.planner import plan_clone_elimination
 from rewrite.testing import check_equivalent, copy_program
 
 
@@ -151,7 +151,7 @@ def test_internal_failure_keeps_every_clone_and_leaves_the_graph(monkeypatch: py
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("planner bug")
 
-    monkeypatch.setattr("rewrite.eliminate.plan_clone_elimination", broken)
+    monkeypatch.setattr("rewrite.pipeline.eliminate.plan_clone_elimination", broken)
     report = eliminate_clones(gm)
     assert {d.reason for d in report.decisions} == {Reason.INTERNAL_ERROR}
     assert report.kept == ("clone", "clone_1") and "planner bug" in (report.error or "")

@@ -32,7 +32,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import aliasing
 from aliasing.errors import UnknownNodeError
-from aliasing.timeline import MAX_RUNS, storage_timeline
+from aliasing.pictures.timeline import MAX_RUNS, storage_timeline
 from rewrite import eliminate_clones
 from rewrite.examples import DEMO_DONATED_INPUTS, trace_demo
 from rewrite.testing import copy_program
@@ -168,7 +168,7 @@ def test_render_dot_svg_and_png(demo: tuple) -> None:
 
 
 def test_render_dot_without_graphviz(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("aliasing.storage_graph.shutil.which", lambda name: None)
+    monkeypatch.setattr("aliasing.pictures.storage_graph.shutil.which", lambda name: None)
     assert not aliasing.graphviz_available()
     with pytest.raises(aliasing.RenderingError, match="apt-get install graphviz"):
         aliasing.render_dot("digraph { a }")
@@ -413,7 +413,7 @@ def test_read_only_parameters_are_one_band(cnn: tuple) -> None:
     analysis, report = cnn
     t = storage_timeline(analysis, decisions=report)
     band = t.group
-    assert band is not None and band.storage == aliasing.timeline.GROUP
+    assert band is not None and band.storage == aliasing.pictures.timeline.GROUP
     parameters = [s for s in analysis.storages if analysis.storage_role(s).value == "parameter"]
     assert len(parameters) == 14 and sorted(band.members) == sorted(parameters)
     assert [lane.storage for lane in t.lanes if lane.role == "parameter"] == [band.storage]
@@ -435,7 +435,7 @@ def test_value_colours_are_apart_from_the_decision_colours(demo: tuple) -> None:
 
     from matplotlib.colors import to_rgb
 
-    from aliasing.storage_graph import EVIDENCE_COLOUR, KEPT_FILL, REMOVED_FILL, WRITE_COLOUR
+    from aliasing.pictures.storage_graph import EVIDENCE_COLOUR, KEPT_FILL, REMOVED_FILL, WRITE_COLOUR
 
     _, analysis, report = demo
     fig = aliasing.plot_timeline(analysis, decisions=report)

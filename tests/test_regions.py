@@ -1,4 +1,4 @@
-"""``aliasing.regions`` on its own: regions, the overlap test and the symbolic bounds, against real memory.
+"""``aliasing.core.regions`` on its own: regions, the overlap test and the symbolic bounds, against real memory.
 
 The reference is the bytes real tensors occupy: every element's ``data_ptr()``
 and element size give the exact set of bytes a view touches, with no use of
@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from torch._dynamo.source import ConstantSource
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from aliasing.regions import Region, regions_may_overlap, static_int
+from aliasing.core.regions import Region, regions_may_overlap, static_int
 
 
 def region_of(t: torch.Tensor) -> Region:

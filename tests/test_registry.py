@@ -1,4 +1,4 @@
-"""The operator-registry coverage check (aliasing.registry) and the ops that change a tensor's storage.
+"""The operator-registry coverage check (aliasing.core.registry) and the ops that change a tensor's storage.
 
 Every ATen overload of the installed torch must be classified, and the classification
 must equal the one committed for this torch release: a release that adds an op with a
@@ -13,8 +13,8 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import rewrite
-from aliasing import effects, registry
-from aliasing.audit import main as audit_main
+from aliasing.core import effects, registry
+from aliasing.verification.audit import main as audit_main
 from rewrite.testing import NotEquivalent, check_equivalent
 
 
@@ -44,7 +44,7 @@ def test_a_new_op_is_reported_by_name() -> None:
     diff = registry.compare_with_committed([*rows, new])
     assert not diff.ok
     assert "aten::made_up_.default" in diff.summary()
-    assert "python -m aliasing.audit --registry --write" in diff.summary()
+    assert "python -m aliasing.verification.audit --registry --write" in diff.summary()
 
 
 @pytest.mark.parametrize(

@@ -17,8 +17,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 import aliasing
-from aliasing.analysis import NoAtenOpsWarning
-from aliasing.resolve import resolve_overload
+from aliasing.core.analysis import NoAtenOpsWarning
+from aliasing.core.resolve import resolve_overload
 from rewrite.testing import check_analysis
 
 

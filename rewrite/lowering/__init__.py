@@ -19,15 +19,15 @@ wrapper family:
   into the view.
 
 Each wrapper becomes ``aten.clone`` of what it would copy (with the exact
-layout: :mod:`~rewrite.lowering.builder`), the in-place call (the op's mutable
+layout: :mod:`~rewrite.editing.nodes`), the in-place call (the op's mutable
 overload, ``triton_kernel_wrapper_mutation``) on the clones, and the
 wrapper's ``getitem`` users rewired. Nothing is removed by the lowering: the
 graph computes exactly what it computed before (new nodes get a ``meta['val']``
 computed under the graph's fake mode; existing nodes' metadata is never
 touched).
 
-Then :func:`lower_and_eliminate` (:mod:`~rewrite.lowering.driver`) runs the one
-copy planner, :mod:`rewrite.planner`, to a fixed point. Clones and ``copy_``
+Then :func:`rewrite.lower_and_eliminate` (:mod:`rewrite.pipeline`) runs the one
+copy planner, :mod:`rewrite.planning.planner`, to a fixed point. Clones and ``copy_``
 write-backs are one model there: a clone is removed when C1-C7 allow it, or
 folded into its original when it is only written where it is copied back
 (``c = clone(o); op_(c); copy_(o', c')``: a graph input's ``copy_`` epilogue,
@@ -35,7 +35,7 @@ a scatter write-back) or where nobody reads the original again (C8); a
 ``copy_`` that then copies a region onto itself goes too (C9).
 :mod:`~rewrite.lowering.metadata` keeps fake values truthful after a removal.
 This package does not import ``torch._inductor``;
-:class:`rewrite.inductor.CloneEliminationPass` runs :func:`lower_and_eliminate`.
+:class:`rewrite.inductor.CloneEliminationPass` runs that pipeline.
 
 Example
 -------
@@ -51,6 +51,7 @@ Example
 ...     x.copy_(out[1])
 ...     return x.sum()
 >>> gm = make_fx(f, tracing_mode="fake")(torch.randn(2, 3))
+>>> from rewrite import lower_and_eliminate
 >>> report = lower_and_eliminate(gm.graph)
 >>> report.lowering.clones, report.removed, report.dropped_copies
 (('clone_default',), ('clone_default',), ('copy_',))
@@ -58,17 +59,13 @@ Example
 ['aten.as_strided.default', 'lowering_doc.bump_.default', 'aten.sum.default']
 """
 
-from rewrite.lowering.driver import lower_and_eliminate, plan_and_apply
 from rewrite.lowering.functional import lower_functional_ops
-from rewrite.lowering.reports import Kind, Lowered, LoweringReport, PipelineReport, Skipped
+from rewrite.lowering.reports import Kind, Lowered, LoweringReport, Skipped
 
 __all__ = [
     "Kind",
     "Lowered",
     "LoweringReport",
-    "PipelineReport",
     "Skipped",
-    "lower_and_eliminate",
     "lower_functional_ops",
-    "plan_and_apply",
 ]

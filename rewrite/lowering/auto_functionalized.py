@@ -3,7 +3,7 @@
 ``auto_functionalized(op, **kwargs)`` clones each mutated argument, runs the
 mutable ``op`` on the clones and returns ``(*op outputs, *new values)``. The
 lowering makes that explicit: a layout-preserving clone of every mutated
-argument (:func:`rewrite.lowering.builder.copy_preserving`), the call of the
+argument (:func:`rewrite.editing.nodes.copy_preserving`), the call of the
 mutable overload on the clones, and the wrapper's getitems rewired to the op's
 outputs and the clones. A ``Tensor[]`` mutable argument gives a list of
 clones, whose nested getitems :func:`nested_lists` describes.
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from rewrite.lowering.builder import (
+from rewrite.editing.nodes import (
     Builder,
     LoweredCall,
     LoweringSkip,
@@ -48,7 +48,7 @@ class BaseWriteBack:
     """A mutated argument written back into a kept copy of its base (see the module docstring).
 
     ``chain`` is the argument's views from ``base`` down (innermost first, as
-    :func:`rewrite.lowering.builder.view_chain` gives them); ``scatters`` the
+    :func:`rewrite.editing.nodes.view_chain` gives them); ``scatters`` the
     write-back chain, outermost first (``scatters[0]`` is the copy of
     ``base`` with the new value written in).
     """

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from aliasing.facts import known_equal, meta_value
-from rewrite.lowering.builder import (
+from aliasing.core.facts import known_equal, meta_value
+from rewrite.editing.nodes import (
     SELF,
     Builder,
     Copy,

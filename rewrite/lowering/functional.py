@@ -19,6 +19,7 @@ from typing import cast
 import torch
 import torch.fx
 
+from rewrite.editing.nodes import SELF, Builder, LoweringSkip, fake_mode, recompile, undo
 from rewrite.lowering.auto_functionalized import (
     base_write_backs,
     fold_base_write_backs,
@@ -26,7 +27,6 @@ from rewrite.lowering.auto_functionalized import (
     nested_lists,
 )
 from rewrite.lowering.auto_functionalized_v2 import lower_auto_functionalized_v2
-from rewrite.lowering.builder import SELF, Builder, LoweringSkip, fake_mode, recompile, undo
 from rewrite.lowering.reports import Kind, Lowered, LoweringReport, Skipped
 from rewrite.lowering.scatter import lower_scatters
 from rewrite.lowering.triton import lower_triton_wrapper

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from aliasing.facts import has_meta, meta_value
-from rewrite.lowering.builder import COMPUTE, Builder, fake_mode, storage_key
+from aliasing.core.facts import has_meta, meta_value
+from rewrite.editing.nodes import COMPUTE, Builder, fake_mode, storage_key
 
 __all__ = ["refresh_stale", "storage_keys"]
 

@@ -5,7 +5,7 @@ back into its base with a scatter op, which copies the base. When the new
 value comes from a lowered wrapper, the scatter becomes ``clone(base)`` plus
 an in-place ``copy_`` of the new value into the same view of the clone, so
 that the scatter's copy is a clone, and its write a ``copy_``, that the copy
-planner (:mod:`rewrite.planner`, C8 and C9) can judge.
+planner (:mod:`rewrite.planning.planner`, C8 and C9) can judge.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from aliasing.facts import known_equal
-from rewrite.lowering.builder import Builder, LoweringSkip, copy_preserving, undo, val
+from aliasing.core.facts import known_equal
+from rewrite.editing.nodes import Builder, LoweringSkip, copy_preserving, undo, val
 from rewrite.lowering.reports import Lowered
 
 __all__ = ["SCATTER_VIEWS", "lower_scatters"]

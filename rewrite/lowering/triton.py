@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from rewrite.lowering.builder import Builder, LoweredCall, LoweringSkip, copy_preserving, getitem_users
+from rewrite.editing.nodes import Builder, LoweredCall, LoweringSkip, copy_preserving, getitem_users
 
 __all__ = ["lower_triton_wrapper"]
 

@@ -29,8 +29,8 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
-from aliasing.oracle import AnalysisUnsound, Exactness, Observed, check_analysis, observe_memory
-from rewrite.copying import copy_program
+from aliasing.verification.oracle import AnalysisUnsound, Exactness, Observed, check_analysis, observe_memory
+from rewrite.editing.copying import copy_program
 from rewrite.errors import NotEquivalent, OracleError
 from rewrite.testing.equivalence import check_equivalent
 

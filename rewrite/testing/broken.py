@@ -6,7 +6,7 @@ They exist so that a test can show that :func:`rewrite.testing.programs` with
 within a bounded number of examples:
 
 - :func:`skipping` builds the library's own pass with some conditions of
-  docs/DESIGN.md (C1-C6) not checked (``rewrite.planner.plan_clone_elimination``'s
+  docs/DESIGN.md (C1-C6) not checked (``rewrite.planning.planner.plan_clone_elimination``'s
   ``skip``), for example ``skipping("C2")``;
 - :func:`output_only_pass` is the "output-only" rule of the unsafe clone
   elimination that serving engines ship: it looks only at graph outputs and
@@ -28,7 +28,7 @@ results this gives. Two deliberate differences from the shipped pass:
 
 - the shipped pass raises an assertion on a clone with two direct in-place
   writers; this one does not crash, it removes the clone like any other;
-- candidates are the library's own (:func:`rewrite.planner.is_clone_candidate`:
+- candidates are the library's own (:func:`rewrite.planning.planner.is_clone_candidate`:
   ``aten.clone`` with or without ``memory_format`` and ``aten._to_copy``)
   restricted to clones that keep their original's layout (same dtype, device,
   sizes, strides, storage offset), so that a comparison isolates the
@@ -61,12 +61,12 @@ import torch
 import torch.fx
 
 from aliasing import analyze
+from aliasing.core.facts import same_layout, tensor_facts
 from aliasing.errors import AliasingError
-from aliasing.facts import same_layout, tensor_facts
-from rewrite.apply import apply_decisions
-from rewrite.decisions import CloneEliminationReport
+from rewrite.editing.apply import apply_decisions
 from rewrite.errors import RewriteError
-from rewrite.planner import CONDITIONS, is_clone_candidate, plan_clone_elimination
+from rewrite.planning.decisions import CloneEliminationReport
+from rewrite.planning.planner import CONDITIONS, is_clone_candidate, plan_clone_elimination
 
 __all__ = [
     "BROKEN_CONDITIONS",

@@ -68,7 +68,7 @@ copy; a ``torch.Generator`` input is copied with its state.  Module state
 duration of each run, so a run that mutates a buffer does not leak into the other
 one.  Both programs run under ``torch.no_grad()``.
 
-:func:`copy_program` (defined in :mod:`rewrite.copying`, re-exported here) gives a pass
+:func:`copy_program` (defined in :mod:`rewrite.editing.copying`, re-exported here) gives a pass
 an independent program to rewrite.
 """
 
@@ -89,7 +89,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 from aliasing.errors import InvalidTargetError
-from rewrite.copying import ProgramLike, copy_program
+from rewrite.editing.copying import ProgramLike, copy_program
 from rewrite.errors import NotEquivalent, OracleError
 
 __all__ = ["OracleError", "check_equivalent", "copy_program"]

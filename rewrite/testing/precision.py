@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 
 from rewrite.errors import NotEquivalent
-from rewrite.planner import is_clone_candidate
+from rewrite.planning.planner import is_clone_candidate
 from rewrite.testing.equivalence import OracleError, check_equivalent, copy_program
 from rewrite.testing.programs import Program, programs
 

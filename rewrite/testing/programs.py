@@ -8,7 +8,7 @@ alias analyses and clone elimination get wrong: views of every kind
 ``mul_``, ``copy_``, ``zero_``, ``index_put_``, ``masked_fill_``, ``out=`` by
 keyword), custom ops with alias annotations (one writes two arguments, one
 returns a view), ops with effects their schemas do not declare (the
-entries of :data:`aliasing.hidden_effects.HIDDEN_EFFECTS` that ``make_fx``
+entries of :data:`aliasing.core.hidden_effects.HIDDEN_EFFECTS` that ``make_fx``
 traces: normalisation layers with running statistics, ``batch_norm`` and
 ``instance_norm`` in train mode, which update the statistics in place, and
 in eval mode as a control; ``_unsafe_view``), ``clone`` with and without
@@ -52,7 +52,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.errors import InvalidArgument
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from aliasing.hidden_effects import HIDDEN_EFFECTS
+from aliasing.core.hidden_effects import HIDDEN_EFFECTS
 from rewrite.errors import NotEquivalent, RewriteError
 from rewrite.testing.equivalence import OracleError, check_equivalent, copy_program, quiet_torch_trace
 
@@ -417,7 +417,7 @@ _KINDS: tuple[tuple[str, int], ...] = (
 class _NormCall:
     """A normalisation call with running statistics, whose traced graph has a hidden write.
 
-    ``effect`` is the :data:`~aliasing.hidden_effects.HIDDEN_EFFECTS` entry
+    ``effect`` is the :data:`~aliasing.core.hidden_effects.HIDDEN_EFFECTS` entry
     whose effect the call has (``F.batch_norm`` traces to
     ``aten.native_batch_norm``; ``F.instance_norm`` to its decomposition,
     ``native_batch_norm`` on repeated statistics and a ``copy_`` back).
@@ -1384,7 +1384,7 @@ def programs(
         Mark some inputs as donated.
     allow_hidden_effects : bool
         Draw ops whose effects their schemas do not declare
-        (:data:`aliasing.hidden_effects.HIDDEN_EFFECTS`): ``batch_norm`` and
+        (:data:`aliasing.core.hidden_effects.HIDDEN_EFFECTS`): ``batch_norm`` and
         ``instance_norm`` with running statistics, in train mode (they update
         the statistics in place) and eval mode, and ``_unsafe_view``.
     tracing_mode : str

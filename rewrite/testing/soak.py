@@ -20,7 +20,7 @@ check. A round is a batch of examples under one seed; rounds repeat with new
 seeds until the time is up (a round that starts before the deadline runs to
 its end). A round is deterministic (its seed and settings draw the same programs
 in any process), so a campaign over fixed rounds is a list of work items for
-:mod:`aliasing.campaign`: ``--jobs N`` runs them in N worker processes,
+:mod:`aliasing.verification.campaign`: ``--jobs N`` runs them in N worker processes,
 ``--shard K/N`` runs one of N disjoint parts, ``--results PATH`` records each
 round as it ends (and resumes from it), ``--ray ADDRESS`` runs them on a Ray
 cluster, and ``--merge RESULTS...`` prints the figures of shards' results files;
@@ -59,9 +59,9 @@ from hypothesis import seed as hypothesis_seed
 
 import aliasing
 import rewrite
-from aliasing import campaign
-from aliasing.campaign import CampaignError, CampaignOptions, Outcome, WorkItem
-from aliasing.oracle import check_analysis
+from aliasing.verification import campaign
+from aliasing.verification.campaign import CampaignError, CampaignOptions, Outcome, WorkItem
+from aliasing.verification.oracle import check_analysis
 from rewrite.errors import SoakError, SoakFailure
 from rewrite.testing.equivalence import OracleError, check_equivalent, copy_program
 from rewrite.testing.programs import Program, programs
@@ -203,7 +203,7 @@ def _write_repro(out: str, check: str, source: str, index: int) -> str:
     return path
 
 
-#: The campaign tool name of the soak (results files name it; ``python -m aliasing.campaign merge``).
+#: The campaign tool name of the soak (results files name it; ``python -m aliasing.verification.campaign merge``).
 TOOL = "rewrite.testing.soak"
 
 

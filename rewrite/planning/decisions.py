@@ -16,7 +16,7 @@ __all__ = ["CloneEliminationReport", "Decision", "Reason"]
 class Reason(str, enum.Enum):
     """Why a copy (a clone or a ``copy_``) was removed or kept.
 
-    ``condition`` names the numbered condition of :mod:`rewrite.planner`
+    ``condition`` names the numbered condition of :mod:`rewrite.planning.planner`
     (docs/DESIGN.md's C1-C7, and C8 copy-back folds, C9 self-copies, C10
     dead clones erased with their writers) that the reason enforces or that
     allowed the removal.
@@ -54,7 +54,7 @@ class Reason(str, enum.Enum):
 
     @property
     def condition(self) -> str:
-        """The numbered condition of :mod:`rewrite.planner` this reason cites ("" for none)."""
+        """The numbered condition of :mod:`rewrite.planning.planner` this reason cites ("" for none)."""
         return _CONDITION.get(self, "")
 
     @property

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from aliasing.core.roles import Role
 from aliasing.errors import InvalidTargetError, describe_node
-from aliasing.roles import Role
 
 __all__ = ["Target", "check_donated_inputs", "resolve_target", "validate_graph"]
 

@@ -8,8 +8,8 @@ from typing import cast
 import torch.fx
 from torch.fx.node import Argument
 
-from rewrite.decisions import Decision, Reason
 from rewrite.errors import RewriteError
+from rewrite.planning.decisions import Decision, Reason
 
 __all__ = ["apply_decisions"]
 
@@ -21,7 +21,7 @@ _ERASURES = frozenset({Reason.DEAD_CLONE_ERASED, Reason.ERASED_WITH_DEAD_CLONE, 
 def apply_decisions(graph: torch.fx.Graph, decisions: Sequence[Decision]) -> dict[str, str]:
     """Replace every removed clone by its original and erase it, all or nothing.
 
-    Decisions must come from :func:`rewrite.planner.plan_clone_elimination` on
+    Decisions must come from :func:`rewrite.planning.planner.plan_clone_elimination` on
     this graph (in graph order). A dead clone's removal (condition C10:
     reason ``DEAD_CLONE_ERASED``, whether or not it names nodes in
     ``erased``) erases the clone and the nodes it names instead of replacing
@@ -40,7 +40,7 @@ def apply_decisions(graph: torch.fx.Graph, decisions: Sequence[Decision]) -> dic
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
     >>> from aliasing import analyze
-    >>> from rewrite.planner import plan_clone_elimination
+    >>> from rewrite.planning.planner import plan_clone_elimination
     >>> gm = make_fx(lambda x: x.clone() * 2, tracing_mode="fake")(torch.randn(3))
     >>> apply_decisions(gm.graph, plan_clone_elimination(analyze(gm)))
     {'clone': 'x_1'}

@@ -9,7 +9,7 @@ people (schema of the picture below), with filters for large graphs, and
 Nodes of the data graph
 -----------------------
 ``"value:<name>"``
-    ``kind="value"``, ``name``, ``role`` (a :class:`~aliasing.roles.Role` value),
+    ``kind="value"``, ``name``, ``role`` (a :class:`~aliasing.core.roles.Role` value),
     ``dtype``, ``sizes``, ``strides`` (elements), ``offset`` (elements),
     ``region`` (bytes, ``Region.describe()``, ``""`` when unknown), ``position``.
 ``"storage:<id>"``
@@ -74,11 +74,11 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import networkx as nx
 import torch.fx
 
-from aliasing.effects import SINGLE
+from aliasing.core.effects import SINGLE
 from aliasing.errors import RenderingError, UnknownNodeError
 
 if TYPE_CHECKING:
-    from aliasing.analysis import AliasAnalysis
+    from aliasing.core.analysis import AliasAnalysis
 
 __all__ = [
     "DecisionLike",

@@ -4,10 +4,10 @@ Schemas are evidence, not proof. Some ATen ops write an argument without a
 ``!`` in their schema, or return a view their schema calls fresh. Each such
 op has one :class:`HiddenEffect` here, keyed by the schema name (it applies to
 every overload of the op), with the evidence that put it there: the
-real-execution audit (:mod:`aliasing.audit`, ``python -m aliasing.audit``)
+real-execution audit (:mod:`aliasing.verification.audit`, ``python -m aliasing.verification.audit``)
 over PyTorch's operator database, and the tests that reproduce it.
 
-:mod:`aliasing.effects` merges these entries into the schema's annotations,
+:mod:`aliasing.core.effects` merges these entries into the schema's annotations,
 so an entry only ever *adds* effects (writes, aliasing); it never removes one.
 """
 

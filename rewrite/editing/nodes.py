@@ -21,8 +21,8 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from aliasing.facts import has_meta, known_equal, meta_value
-from aliasing.regions import static_int
+from aliasing.core.facts import has_meta, known_equal, meta_value
+from aliasing.core.regions import static_int
 from rewrite.errors import LoweringSkip
 
 __all__ = [
@@ -59,7 +59,7 @@ LoweredCall = tuple[list[torch.fx.Node], torch.fx.Node, dict[object, torch.fx.No
 
 
 def val(node: torch.fx.Node) -> Any:
-    """The node's fake value (``meta['val']``), read through :mod:`aliasing.facts`."""
+    """The node's fake value (``meta['val']``), read through :mod:`aliasing.core.facts`."""
     return meta_value(node)
 
 

@@ -10,7 +10,7 @@
   storages or a new one. A value without metadata whose origin is unknown
   points to :data:`UNKNOWN_STORAGE`, which may alias everything;
 - every value whose points-to set is a single known storage gets its
-  :class:`~aliasing.regions.Region` from its fake tensor;
+  :class:`~aliasing.core.regions.Region` from its fake tensor;
 - a value whose storage or layout an op mutates in place (``set_``, ``t_``,
   ``resize_``, ``as_strided_``...) may alias anything and has no region;
 - every read and write of a node is recorded, in graph order, against the
@@ -18,7 +18,7 @@
 
 The resulting :class:`AliasAnalysis` never changes. Queries are answered from
 these indexes; :func:`aliasing.build_storage_graph` gives the same information
-as a ``networkx.MultiDiGraph`` (schema in :mod:`aliasing.storage_graph`).
+as a ``networkx.MultiDiGraph`` (schema in :mod:`aliasing.pictures.storage_graph`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any, Literal
 import torch
 import torch.fx
 
-from aliasing.effects import (
+from aliasing.core.effects import (
     EACH,
     SCHEMA_EFFECTS,
     SINGLE,
@@ -49,13 +49,13 @@ from aliasing.effects import (
     tensor_nodes,
     unknown_effect,
 )
+from aliasing.core.facts import FactsCache, TensorFacts, facts_of_value, is_tensor_meta
+from aliasing.core.layout_divergences import fake_layout_divergent
+from aliasing.core.regions import Region, regions_may_overlap
+from aliasing.core.roles import UNKNOWN_STORAGE, Role
+from aliasing.core.subgraphs import tie_control_flow
+from aliasing.core.target import Target, resolve_target
 from aliasing.errors import MissingMetadataWarning, NoAtenOpsWarning, UnknownNodeError, describe_node
-from aliasing.facts import FactsCache, TensorFacts, facts_of_value, is_tensor_meta
-from aliasing.layout_divergences import fake_layout_divergent
-from aliasing.regions import Region, regions_may_overlap
-from aliasing.roles import UNKNOWN_STORAGE, Role
-from aliasing.subgraphs import tie_control_flow
-from aliasing.target import Target, resolve_target
 
 __all__ = [
     "DEFAULT_EFFECTS",
@@ -189,9 +189,9 @@ class _Builder:
         - every source has layout facts the analysis trusts (one known storage,
           its own fake tensor), and none is computed from an op whose fake kernel
           the layout audit caught laying results out otherwise than eager
-          (:mod:`aliasing.layout_divergences`);
+          (:mod:`aliasing.core.layout_divergences`);
         - the op, run again on the sources' fake tensors, makes a copy too
-          (:func:`aliasing.effects.recomputed_copy`: right after a rewrite
+          (:func:`aliasing.core.effects.recomputed_copy`: right after a rewrite
           replaced a source, whose result's metadata describes the old one).
         """
         if not self.keeps_storage_identity():
@@ -872,7 +872,7 @@ def with_control_flow(table: EffectTable) -> EffectTable:
     Examples
     --------
     >>> import torch
-    >>> from aliasing.effects import Effect
+    >>> from aliasing.core.effects import Effect
     >>> mine = with_control_flow(DEFAULT_EFFECTS.with_rule(torch.ops.aten.relu.default,
     ...                                                  lambda node, facts: Effect(reads=(node.args[0],))))
     >>> "cond" in mine.hop_rules
@@ -882,7 +882,7 @@ def with_control_flow(table: EffectTable) -> EffectTable:
 
 
 #: The default rules: schemas, hidden effects, higher-order ops and control flow
-#: (:data:`aliasing.effects.SCHEMA_EFFECTS` tied to the control-flow rules).
+#: (:data:`aliasing.core.effects.SCHEMA_EFFECTS` tied to the control-flow rules).
 DEFAULT_EFFECTS: EffectTable = with_control_flow(SCHEMA_EFFECTS)
 
 

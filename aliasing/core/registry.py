@@ -10,7 +10,7 @@ in the ``aten`` namespace into one :data:`KINDS` entry:
     no alias or mutation annotation and no metadata tag: the schema says it all.
 ``schema-out``
     every written argument is keyword-only (``out=``); resizing them is handled
-    by :func:`aliasing.effects.metadata_written`.
+    by :func:`aliasing.core.effects.metadata_written`.
 ``schema-inplace``
     writes exactly its first argument, tagged ``inplace`` or named as an
     in-place variant (``add_``, ``__iand__``), and the functional op it is a
@@ -23,24 +23,24 @@ in the ``aten`` namespace into one :data:`KINDS` entry:
     (:data:`METADATA_MUTATING`, or tagged ``inplace_view``): the analysis makes
     the value unknown.
 ``hidden-effects``
-    has an entry in :data:`aliasing.hidden_effects.HIDDEN_EFFECTS`.
+    has an entry in :data:`aliasing.core.hidden_effects.HIDDEN_EFFECTS`.
 ``reviewed``
     none of the rules above fit, and a person read the op and recorded why its
     schema is complete (:data:`REVIEWED`).
 ``unclassified``
     none of the above: the effects table treats every call as an unknown op
     (it may read, write and alias everything it reaches), and the registry
-    check (``python -m aliasing.audit --registry``, tests/test_registry.py)
+    check (``python -m aliasing.verification.audit --registry``, tests/test_registry.py)
     fails until the op is reviewed.
 
 The classification of each supported torch release is committed in
-``aliasing/registry_data/torch-<major>.<minor>.tsv``, so what a release
+``aliasing/core/registry_data/torch-<major>.<minor>.tsv``, so what a release
 changed is a readable diff, and the check compares the installed torch with it.
 
 Example
 -------
 >>> import torch
->>> from aliasing.registry import classify
+>>> from aliasing.core.registry import classify
 >>> classify(torch.ops.aten.add_.Tensor).kind
 'schema-inplace'
 >>> classify(torch.ops.aten.set_.source_Tensor).kind
@@ -211,7 +211,7 @@ def classify(op: torch._ops.OpOverload) -> Classification:
     if name in METADATA_MUTATING or torch.Tag.inplace_view in tags:
         return Classification(full, "metadata-mutating", "changes an argument's storage, sizes or strides in place")
     if name in HIDDEN_EFFECTS:
-        return Classification(full, "hidden-effects", HIDDEN_EFFECTS[name].evidence[:80] or "aliasing.hidden_effects")
+        return Classification(full, "hidden-effects", HIDDEN_EFFECTS[name].evidence[:80] or "aliasing.core.hidden_effects")
     if not annotated:
         return Classification(full, "pure", "no alias or mutation annotation")
     if written and all(a.kwarg_only for a in written):
@@ -263,7 +263,7 @@ def committed_path(release: str | None = None) -> Path:
 def write_classification(rows: list[Classification], path: Path) -> None:
     """Write rows as ``overload<TAB>kind<TAB>reason`` lines, one per overload."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f"# ATen overloads of torch {torch.__version__}: overload, kind, reason (aliasing.registry)"]
+    lines = [f"# ATen overloads of torch {torch.__version__}: overload, kind, reason (aliasing.core.registry)"]
     lines += ["\t".join(row) for row in rows]
     path.write_text("\n".join(lines) + "\n")
 
@@ -307,8 +307,8 @@ class RegistryDiff(NamedTuple):
         lines += [f"  changed {old.overload}: {old.kind} -> {new.kind}" for old, new in self.changed]
         if not self.ok:
             lines.append(
-                "  review each op, add it to aliasing.registry (METADATA_MUTATING, REVIEWED) or "
-                "aliasing.hidden_effects, then run: python -m aliasing.audit --registry --write"
+                "  review each op, add it to aliasing.core.registry (METADATA_MUTATING, REVIEWED) or "
+                "aliasing.core.hidden_effects, then run: python -m aliasing.verification.audit --registry --write"
             )
         return "\n".join(lines)
 

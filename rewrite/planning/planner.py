@@ -7,10 +7,10 @@ scatter) both copy memory; this planner decides, for each of them, whether
 the program needs the copy. Its conditions are those of docs/DESIGN.md
 (C1-C7), the copy-back fold C8, the self-copy rule C9 and the dead-clone
 erasure C10. Each keep names the condition that failed with a
-:class:`~rewrite.decisions.Reason`; each removal names the condition that
+:class:`~rewrite.planning.decisions.Reason`; each removal names the condition that
 allowed it.
 
-Terms (computed by :mod:`rewrite.dataflow` from the analysis' public queries):
+Terms (computed by :mod:`rewrite.planning.dataflow` from the analysis' public queries):
 a node is *dead* when it writes nothing, is not opaque, and only dead nodes
 use its result; a dead node's reads do not count unless it (or a dead node
 its result flows into) may raise depending on the values it reads (indexing
@@ -40,12 +40,12 @@ C1 layout: ``c`` and ``o`` agree on dtype, device, sizes, strides, storage
    Then a byte of ``c``'s storage and the same byte offset of ``o``'s storage
    hold the same element (a clone's storage is exactly its dense region).
    The layouts are the recorded ones; downstream of an op whose fake kernel
-   the layout audit caught lying (``aliasing.layout_divergences``), a clone
+   the layout audit caught lying (``aliasing.core.layout_divergences``), a clone
    that names a memory format or changes the recorded layout is kept
-   (:func:`rewrite.dataflow.suspect_layout`).
+   (:func:`rewrite.planning.dataflow.suspect_layout`).
    C1 refined (``LAYOUT_UNOBSERVED``): when only strides or storage offset
    differ, ``c`` may still go if no consumer observes its layout
-   (:func:`rewrite.dataflow.layout_observer`: elementwise and copying
+   (:func:`rewrite.planning.dataflow.layout_observer`: elementwise and copying
    consumers whose recomputed layout is the one their metadata records,
    full elementwise writes whose results nothing uses, size reads, unused
    views the new layout allows and dead leaves). An output, a stride read, a
@@ -141,12 +141,12 @@ C10 dead clone (``DEAD_CLONE_ERASED``, only with ``erase_dead``): when a
    changes no output and no caller-visible memory, and erasing a node never
    makes a program raise. Nor may it make one stop raising: a rewrite keeps
    every runtime check the original executes, so no member may be impure
-   beyond its writes (:func:`rewrite.dataflow.is_side_effectful`: what
+   beyond its writes (:func:`rewrite.planning.dataflow.is_side_effectful`: what
    ``Node.is_impure()`` and torch.fx's dead-code elimination keep, asserts
    such as ``aten._assert_scalar``, ``_assert_async``,
    ``_assert_tensor_metadata``, ``sym_constrain_range``, profiler ranges,
    effectful ops and ``with_effects``) or able to raise on the values it
-   reads (:func:`rewrite.dataflow.may_raise_on_values`, whatever the values'
+   reads (:func:`rewrite.planning.dataflow.may_raise_on_values`, whatever the values'
    origin: indexing, ``item``; an index that is an ``arange`` of constants
    inside the indexed dimension, unwritten until read, cannot). Such a clone
    is kept (``DEAD_CLONE_FEEDS_A_CHECK``, the checks as evidence). Clones
@@ -161,7 +161,7 @@ C10 dead clone (``DEAD_CLONE_ERASED``, only with ``erase_dead``): when a
 Everything a condition cannot prove is a keep with its :class:`Reason`:
 missing metadata or an ambiguous storage (``UNKNOWN_STORAGE``), an opaque op
 touching the clone's memory (``OPAQUE_USE``). The planner reads the analysis
-and never touches the graph; :func:`rewrite.apply.apply_decisions` performs
+and never touches the graph; :func:`rewrite.editing.apply.apply_decisions` performs
 the decisions (a removed ``copy_`` is replaced by its destination, like a
 removed clone by its original; a C10 group is erased).
 """
@@ -177,11 +177,12 @@ import torch
 import torch.fx
 
 from aliasing import Access, AliasAnalysis, Region, Role, regions_may_overlap
-from aliasing.analysis import UNKNOWN_STORAGE
+from aliasing.core.analysis import UNKNOWN_STORAGE
+from aliasing.core.facts import TensorFacts, known_equal, same_layout, same_region
+from aliasing.core.roles import CALLER_VISIBLE
 from aliasing.errors import AliasingError
-from aliasing.facts import TensorFacts, known_equal, same_layout, same_region
-from aliasing.roles import CALLER_VISIBLE
-from rewrite.dataflow import (
+from rewrite.errors import RewriteError
+from rewrite.planning.dataflow import (
     Liveness,
     is_elementwise,
     is_side_effectful,
@@ -192,8 +193,7 @@ from rewrite.dataflow import (
     write_only_args,
     writes_all_of,
 )
-from rewrite.decisions import Decision, Reason
-from rewrite.errors import RewriteError
+from rewrite.planning.decisions import Decision, Reason
 
 __all__ = ["CONDITIONS", "REFINEMENTS", "is_clone_candidate", "is_copy_candidate", "plan_clone_elimination"]
 
@@ -916,9 +916,9 @@ def _erasable(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
 def _is_check(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
     """C10: a runtime check the original executes, which erasing ``node`` would erase.
 
-    Asserts and range constraints (:func:`rewrite.dataflow.is_side_effectful`:
+    Asserts and range constraints (:func:`rewrite.planning.dataflow.is_side_effectful`:
     what ``Node.is_impure()`` calls impure beyond its writes), and any op that
-    may raise on the values it reads (:func:`rewrite.dataflow.may_raise_on_values`
+    may raise on the values it reads (:func:`rewrite.planning.dataflow.may_raise_on_values`
     without ``changed``: erased, it checks no value at all, wherever its
     indices come from).
     """
@@ -1147,7 +1147,7 @@ def plan_clone_elimination(
     list of Decision
         One per candidate, in graph order; "remove" decisions are mutually
         compatible (C7) and are applied together by
-        :func:`rewrite.apply.apply_decisions` (a decision may rely on earlier
+        :func:`rewrite.editing.apply.apply_decisions` (a decision may rely on earlier
         ones: a self-copy on the fold that made it one).
 
     Raises

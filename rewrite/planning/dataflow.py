@@ -2,7 +2,7 @@
 
 Pure functions of an :class:`~aliasing.AliasAnalysis` and of the graph it
 describes; nothing here changes a graph or its metadata. The planner
-(:mod:`rewrite.planner`) cites them in conditions C1-C5 and C10:
+(:mod:`rewrite.planning.planner`) cites them in conditions C1-C5 and C10:
 
 - *liveness* (:class:`Liveness`): a node whose result reaches nothing
   (no write, no use by a node that is not dead itself) reads nothing that
@@ -19,7 +19,7 @@ describes; nothing here changes a graph or its metadata. The planner
   value would notice that its strides or storage offset changed (layouts are
   predicted on meta tensors, which are evidence, not proof: ops whose meta or
   fake kernels the layout audit caught laying results out otherwise than eager,
-  :mod:`aliasing.layout_divergences`, observe);
+  :mod:`aliasing.core.layout_divergences`, observe);
 - ``wrap`` higher-order ops are judged through their subgraph (:func:`wrap_body`):
   a dead ``wrap`` whose subgraph cannot raise reads nothing that matters, and
   one whose subgraph only reads a value observes its layout only where the
@@ -41,9 +41,9 @@ import torch
 import torch.fx
 
 from aliasing import AliasAnalysis
-from aliasing.facts import TensorFacts, same_layout
-from aliasing.layout_divergences import fake_layout_divergent, layout_divergent
-from aliasing.resolve import resolve_overload
+from aliasing.core.facts import TensorFacts, same_layout
+from aliasing.core.layout_divergences import fake_layout_divergent, layout_divergent
+from aliasing.core.resolve import resolve_overload
 
 __all__ = [
     "Liveness",
@@ -474,7 +474,7 @@ def suspect_layout(analysis: AliasAnalysis, clone: torch.fx.Node, original: torc
     that decides whether removing ``clone`` keeps the layout (None: the recorded layouts are evidence enough).
 
     The trace records layouts by running fake kernels, and the layout audit
-    (:mod:`aliasing.layout_divergences`) saw some lay results out otherwise
+    (:mod:`aliasing.core.layout_divergences`) saw some lay results out otherwise
     than their CPU kernels (``roll`` of a channels-last input: contiguous on
     fake tensors, channels-last for real). Downstream of such an op, equal
     recorded layouts prove nothing. A ``preserve_format`` clone whose recorded
@@ -615,8 +615,8 @@ def layout_observer(
     stride reads, ``reshape``/``as_strided``, a ``view`` the new layout does
     not allow, reductions whose result is used (their summation order follows
     strides), custom and unknown ops, and every op of an overload packet in
-    :data:`aliasing.layout_divergences.LAYOUT_DIVERGENT_PACKETS` (the layout
-    audit, ``python -m aliasing.audit --layouts``, saw its meta or fake kernel
+    :data:`aliasing.core.layout_divergences.LAYOUT_DIVERGENT_PACKETS` (the layout
+    audit, ``python -m aliasing.verification.audit --layouts``, saw its meta or fake kernel
     lay a result out otherwise than its CPU kernel: ``roll`` keeps a
     channels-last input's layout on CPU and returns a contiguous one on meta
     tensors, so recomputing its layout proves nothing). So does a used in-place result or view

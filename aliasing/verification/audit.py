@@ -19,13 +19,13 @@ Each call is traced with ``make_fx(tracing_mode="fake")`` and, for the first
 ``make_fx`` decomposes; export is slower, so only the first samples are
 exported). Every graph is analysed with :func:`aliasing.analyze` and run on
 fresh real copies of the sample's tensors (same sizes, strides, offsets and
-storage sharing) under :func:`aliasing.oracle.check_analysis`: every input
+storage sharing) under :func:`aliasing.verification.oracle.check_analysis`: every input
 whose bytes really change must be reported written by the node that wrote it,
 and every two values that really share storage (or bytes) must be reported
 aliasing (overlapping).
 
 Each (op, variant, sample, tracer) check ends as one :class:`SampleResult`:
-``pass``, ``violation`` (the :class:`~aliasing.oracle.AnalysisUnsound`
+``pass``, ``violation`` (the :class:`~aliasing.verification.oracle.AnalysisUnsound`
 message), or ``skipped`` with a reason (the eager call raised, tracing failed,
 non-CPU or non-strided tensors...). A skipped check is never counted as a
 pass. Passing checks also count the analysis's *imprecision*: claims ("may
@@ -38,10 +38,10 @@ OpInfo for: functional calls (``torch.func.functional_call``) of
 graph inputs (``op_db`` already covers ``F.batch_norm`` and
 ``F.instance_norm`` with running statistics in train mode).
 
-Run it with ``python -m aliasing.audit`` (``--help`` for the options); it
+Run it with ``python -m aliasing.verification.audit`` (``--help`` for the options); it
 needs ``expecttest`` (``torch.testing._internal`` imports it) and numpy (the
-oracle), both in the ``test`` extra. ``python -m aliasing.audit --layouts``
-runs the layout audit instead (:mod:`aliasing.layout_audit`).
+oracle), both in the ``test`` extra. ``python -m aliasing.verification.audit --layouts``
+runs the layout audit instead (:mod:`aliasing.verification.layout_audit`).
 """
 
 from __future__ import annotations
@@ -65,13 +65,13 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from aliasing import campaign
-from aliasing.analysis import DEFAULT_EFFECTS, analyze
-from aliasing.campaign import CampaignError, CampaignOptions, Outcome, WorkItem
-from aliasing.effects import EffectTable
+from aliasing.core.analysis import DEFAULT_EFFECTS, analyze
+from aliasing.core.effects import EffectTable
 from aliasing.errors import AuditError
-from aliasing.oracle import AnalysisUnsound, check_analysis
-from aliasing.time_limit import SampleTimeout, time_limit
+from aliasing.verification import campaign
+from aliasing.verification.campaign import CampaignError, CampaignOptions, Outcome, WorkItem
+from aliasing.verification.oracle import AnalysisUnsound, check_analysis
+from aliasing.verification.time_limit import SampleTimeout, time_limit
 
 __all__ = [
     "TRACERS",
@@ -132,7 +132,7 @@ class SampleResult:
     message
         For a violation: the oracle's message; for a skip: the error text.
     false_alias, false_overlap, false_writers
-        Imprecise claims of a passing check (see :class:`aliasing.oracle.Exactness`).
+        Imprecise claims of a passing check (see :class:`aliasing.verification.oracle.Exactness`).
     examples
         Up to three imprecise claims, as text.
     trace_divergence
@@ -926,13 +926,13 @@ def render_markdown(data: dict[str, Any], top: int = 40) -> str:
     lines = [
         "# Effects audit",
         "",
-        f"`python -m aliasing.audit` on torch {data['torch_version']}, CPU, one thread: every OpInfo of "
+        f"`python -m aliasing.verification.audit` on torch {data['torch_version']}, CPU, one thread: every OpInfo of "
         "`op_db` (plus the extra norm-module cases, `extra.*`) in its function, in-place and `out=` variants "
         "(`out=` of the right size, of size 0 and of a wrong shape), traced with "
         "`make_fx(tracing_mode=\"fake\")` and, for the first "
         f"{st.get('export_samples')} sample(s) of each op and variant only (export is slow), with "
         "`torch.export.export`; each graph analysed and run on real tensors under the memory oracle "
-        f"(`aliasing.oracle.check_analysis`), {limit} sample inputs per op and variant. A *sample* below is "
+        f"(`aliasing.verification.oracle.check_analysis`), {limit} sample inputs per op and variant. A *sample* below is "
         "one check: one op, variant, sample input and tracer. A skipped sample is never counted as a pass.",
         "",
         "| figure | value |",
@@ -1028,8 +1028,8 @@ def render_markdown(data: dict[str, Any], top: int = 40) -> str:
     return "\n".join(lines) + "\n"
 
 
-#: The campaign tool name of the audit (results files name it; ``python -m aliasing.campaign merge``).
-TOOL = "aliasing.audit"
+#: The campaign tool name of the audit (results files name it; ``python -m aliasing.verification.campaign merge``).
+TOOL = "aliasing.verification.audit"
 _OP_DB_MODULE = "torch.testing._internal.common_methods_invocations"
 #: A custom effect table, for items run in this process (tables hold functions: they do not travel).
 _IN_PROCESS_EFFECTS: list[EffectTable] = []
@@ -1154,7 +1154,7 @@ def audit(
 ) -> AuditReport:
     """Run the effects audit: OpInfo samples for real, against the analysis, under the oracle.
 
-    Each op is one item of a campaign (:mod:`aliasing.campaign`): in this process by
+    Each op is one item of a campaign (:mod:`aliasing.verification.campaign`): in this process by
     default, or in worker processes, in shards, resumable from a results file, or on
     Ray, as ``campaign_options`` say; the report is the same in every case.
 
@@ -1181,7 +1181,7 @@ def audit(
         ``torch.set_num_threads`` for each op (restored afterwards); ``None`` leaves it.
     progress : callable, optional
         Called with one line of text per op.
-    campaign_options : aliasing.campaign.CampaignOptions, optional
+    campaign_options : aliasing.verification.campaign.CampaignOptions, optional
         Worker processes (``jobs``), ``shard``, ``results`` file, Ray address,
         per-op time limit, modules to import in each worker.
 
@@ -1245,8 +1245,8 @@ def audit(
 
 
 def _registry_main(*, write: bool) -> int:
-    """``--registry``: the operator-registry coverage check (:mod:`aliasing.registry`)."""
-    from aliasing import registry
+    """``--registry``: the operator-registry coverage check (:mod:`aliasing.core.registry`)."""
+    from aliasing.core import registry
 
     rows = registry.classify_installed()
     if write:
@@ -1263,11 +1263,11 @@ def _registry_main(*, write: bool) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m aliasing.audit``: run the audit, print the summary, write the reports.
+    """``python -m aliasing.verification.audit``: run the audit, print the summary, write the reports.
 
     Exit status 0 when no check found a violation, 1 otherwise. With ``--jobs``,
     ``--shard``, ``--results``, ``--ray`` the ops run as a campaign
-    (:mod:`aliasing.campaign`); ``--merge RESULTS...`` prints and writes the report
+    (:mod:`aliasing.verification.campaign`); ``--merge RESULTS...`` prints and writes the report
     of a campaign's results files instead of running.
 
     Examples
@@ -1276,7 +1276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     0
     """
     parser = argparse.ArgumentParser(
-        prog="python -m aliasing.audit",
+        prog="python -m aliasing.verification.audit",
         description="Run PyTorch's OpInfo samples for real and check the alias analysis against them.",
     )
     parser.add_argument("--ops", nargs="+", metavar="NAME", help="OpInfo names or keys (default: all of op_db)")
@@ -1298,13 +1298,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--layouts",
         action="store_true",
-        help="run the layout audit instead (aliasing.layout_audit: meta and fake result layouts against eager; "
+        help="run the layout audit instead (aliasing.verification.layout_audit: meta and fake result layouts against eager; "
         "its options: --layouts --help)",
     )
     campaign.add_campaign_arguments(parser)
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--layouts" in argv:
-        from aliasing.layout_audit import main as layout_main
+        from aliasing.verification.layout_audit import main as layout_main
 
         return layout_main([a for a in argv if a != "--layouts"])
     args = parser.parse_args(argv)

@@ -1,9 +1,9 @@
 """The pipeline: lower the functional wrappers, then run the copy planner to a fixed point.
 
 Each round analyses the graph as it is, asks the one copy planner
-(:func:`rewrite.planner.plan_clone_elimination`, conditions C1-C9) about every
+(:func:`rewrite.planning.planner.plan_clone_elimination`, conditions C1-C9) about every
 clone and every ``copy_`` of the graph, applies the removals with the one
-applier (:func:`rewrite.apply.apply_decisions`: a removed clone is replaced by
+applier (:func:`rewrite.editing.apply.apply_decisions`: a removed clone is replaced by
 its original, a removed self-copy by its destination) and recreates the nodes
 whose fake values lived in a removed clone's storage
 (:func:`rewrite.lowering.metadata.refresh_stale`). The planner's plan is a
@@ -19,14 +19,15 @@ from collections.abc import Collection, Iterable
 import torch.fx
 
 from aliasing import analyze
-from aliasing.facts import meta_value
-from rewrite.apply import apply_decisions
-from rewrite.decisions import CloneEliminationReport
-from rewrite.lowering.builder import recompile
+from aliasing.core.facts import meta_value
+from rewrite.editing.apply import apply_decisions
+from rewrite.editing.nodes import recompile
 from rewrite.lowering.functional import lower_functional_ops
 from rewrite.lowering.metadata import refresh_stale, storage_keys
-from rewrite.lowering.reports import LoweringReport, PipelineReport
-from rewrite.planner import is_clone_candidate, is_copy_candidate, plan_clone_elimination
+from rewrite.lowering.reports import LoweringReport
+from rewrite.pipeline.reports import PipelineReport
+from rewrite.planning.decisions import CloneEliminationReport
+from rewrite.planning.planner import is_clone_candidate, is_copy_candidate, plan_clone_elimination
 
 __all__ = ["lower_and_eliminate", "plan_and_apply"]
 
@@ -39,7 +40,7 @@ def plan_and_apply(
     """One round: plan every clone and ``copy_`` of ``graph`` and apply the removals (mutates ``graph``).
 
     Never raises from the planning: a failure keeps every copy and is reported
-    in :attr:`~rewrite.decisions.CloneEliminationReport.error`. Nodes in
+    in :attr:`~rewrite.planning.decisions.CloneEliminationReport.error`. Nodes in
     ``keep`` are not judged (the hazard guard's copies, :mod:`rewrite.guard`:
     needed by what Inductor does later, not by the graph read literally).
 

@@ -3,7 +3,7 @@
 For every node whose ``meta['val']`` is a (fake) tensor, :func:`tensor_facts`
 returns a :class:`TensorFacts`: the identity of its fake storage, its layout
 (sizes, strides, storage offset, dtype, device, conj/neg bits) and its
-:class:`~aliasing.regions.Region` in bytes. Nodes whose value is a tuple or list
+:class:`~aliasing.core.regions.Region` in bytes. Nodes whose value is a tuple or list
 of tensors (multi-output ops) give one entry per element with
 :func:`output_facts`. A node without ``meta['val']`` gives ``None``: its
 storage is unknown and every consumer must treat it conservatively.
@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from aliasing.regions import Region, SizeLike
+from aliasing.core.regions import Region, SizeLike
 
 __all__ = ["FactsCache", "TensorFacts", "facts_of_value", "has_meta", "is_tensor_meta", "known_equal", "meta_value", "same_layout", "same_region", "tensor_facts"]
 
@@ -25,7 +25,7 @@ class TensorFacts:
     """Layout facts of one tensor value, read from its fake tensor when first asked for.
 
     The storage identity is read at once; sizes, strides, storage offset and the
-    :class:`~aliasing.regions.Region` (in bytes) on first use, so an analysis pays
+    :class:`~aliasing.core.regions.Region` (in bytes) on first use, so an analysis pays
     for layouts only where a query needs them. ``strides`` and ``storage_offset``
     are in elements. ``region`` is None for non-strided layouts (sparse, nested).
     """
@@ -199,7 +199,7 @@ def same_region(x: Region, y: Region) -> bool:
 
     Examples
     --------
-    >>> from aliasing.regions import Region
+    >>> from aliasing.core.regions import Region
     >>> same_region(Region(0, (2, 1), (1, 5), 4), Region(0, (2, 1), (1, 1), 4))
     True
     >>> same_region(Region(0, (2,), (1,), 4), Region(2, (2,), (1,), 4))

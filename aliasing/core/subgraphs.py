@@ -8,7 +8,7 @@ graph's owning module) on its operands. Each subgraph is analysed with
 :func:`aliasing.analyze` and summarised by :func:`summarize_subgraph` into a
 :class:`SubgraphSummary`: which operand positions it writes and reads, and
 which operand positions each of its outputs may alias. The op's
-:class:`~aliasing.effects.Effect` combines the summaries:
+:class:`~aliasing.core.effects.Effect` combines the summaries:
 
 R1 reads: every tensor operand (and ``cond``'s predicate), conservatively.
 R2 writes: the operands some subgraph writes (any write overlapping the
@@ -24,14 +24,14 @@ R4 ``while_loop``: a loop that runs zero times returns clones of its carried
    summarised (see R5).
 
 R5 Anything a summary cannot express makes the op an unknown op
-(:func:`aliasing.effects.unknown_effect`, with the reason as its note):
+(:func:`aliasing.core.effects.unknown_effect`, with the reason as its note):
 
 a. the subgraph module cannot be found (no owning module) or the analysis
    of the subgraph fails;
 b. a tensor placeholder without metadata (its region is unknown);
 c. an access to a placeholder's storage that may touch the whole storage
    (an unknown op inside the subgraph, a value whose region is unknown):
-   an :class:`~aliasing.effects.Effect` confines reads and writes to each
+   an :class:`~aliasing.core.effects.Effect` confines reads and writes to each
    operand's region;
 d. ``as_strided`` (or ``_reshape_alias``) inside the subgraph: a view that
    may reach memory outside its base's elements;
@@ -49,7 +49,7 @@ h. operand or output counts that do not match the subgraph, tensor operands
    its inputs.
 
 Nested control flow is analysed recursively: the subgraph analyses use the
-same :class:`~aliasing.effects.EffectTable` as the rules (see
+same :class:`~aliasing.core.effects.EffectTable` as the rules (see
 :func:`with_control_flow`).
 """
 
@@ -63,11 +63,11 @@ from typing import Any, Literal, Protocol
 import torch
 import torch.fx
 
-from aliasing.effects import SINGLE, Effect, EffectRule, EffectTable, tensor_nodes, unknown_effect
+from aliasing.core.effects import SINGLE, Effect, EffectRule, EffectTable, tensor_nodes, unknown_effect
+from aliasing.core.facts import FactsCache, TensorFacts, same_layout
+from aliasing.core.regions import Region
+from aliasing.core.roles import UNKNOWN_STORAGE, Role
 from aliasing.errors import OpaqueSubgraph
-from aliasing.facts import FactsCache, TensorFacts, same_layout
-from aliasing.regions import Region
-from aliasing.roles import UNKNOWN_STORAGE, Role
 
 
 class SubgraphAccess(Protocol):
@@ -86,7 +86,7 @@ class SubgraphAccess(Protocol):
 class SubgraphAnalysis(Protocol):
     """What the rules read of a subgraph's analysis: the part of :class:`aliasing.AliasAnalysis` they use.
 
-    The rules receive the analysis entry point and never import :mod:`aliasing.analysis`
+    The rules receive the analysis entry point and never import :mod:`aliasing.core.analysis`
     (which imports them); this protocol is the type of what that entry point returns.
     """
 
@@ -429,7 +429,7 @@ def _guarded(name: str, rule: Callable[[torch.fx.Node, FactsCache], Effect]) -> 
             return unknown_effect(node, f"{name}: {err}")
 
     guarded.__name__ = f"{name}_effect"
-    guarded.__doc__ = f"Effect of ``{name}`` from its subgraphs (see :mod:`aliasing.subgraphs`)."
+    guarded.__doc__ = f"Effect of ``{name}`` from its subgraphs (see :mod:`aliasing.core.subgraphs`)."
     return guarded
 
 
@@ -540,7 +540,7 @@ def tie_control_flow(table: EffectTable, analyze: Callable[..., SubgraphAnalysis
     Examples
     --------
     >>> import aliasing
-    >>> "cond" in tie_control_flow(aliasing.effects.SCHEMA_EFFECTS, aliasing.analyze).hop_rules
+    >>> "cond" in tie_control_flow(aliasing.core.effects.SCHEMA_EFFECTS, aliasing.analyze).hop_rules
     True
     """
     cell: list[EffectTable] = []

@@ -10,14 +10,14 @@ import torch
 import torch.fx
 
 from aliasing import analyze
-from aliasing.analysis import paused_gc
+from aliasing.core.analysis import paused_gc
+from aliasing.core.target import Target as ResolvedTarget
+from aliasing.core.target import check_donated_inputs, resolve_target
 from aliasing.errors import AliasingError
-from aliasing.target import Target as ResolvedTarget
-from aliasing.target import check_donated_inputs, resolve_target
-from rewrite.apply import apply_decisions
-from rewrite.decisions import CloneEliminationReport
+from rewrite.editing.apply import apply_decisions
 from rewrite.errors import RewriteError
-from rewrite.planner import check_refinements, is_clone_candidate, plan_clone_elimination
+from rewrite.planning.decisions import CloneEliminationReport
+from rewrite.planning.planner import check_refinements, is_clone_candidate, plan_clone_elimination
 
 __all__ = ["eliminate_clones", "recompile_lazily"]
 
@@ -101,7 +101,7 @@ def eliminate_clones(
     The target is rewritten in place: a GraphModule or ExportedProgram has its
     Python code regenerated on first use (:func:`recompile_lazily`); a bare
     ``Graph`` is left for its owner to recompile, as pass managers expect. Conditions
-    C1-C8 and C10 (see :mod:`rewrite.planner`) decide each candidate:
+    C1-C8 and C10 (see :mod:`rewrite.planning.planner`) decide each candidate:
     ``aten.clone`` (with or without ``memory_format``), ``aten._to_copy`` that
     changes nothing, and the torch-level ``Tensor.clone``/``torch.clone`` of
     ``torch.fx.symbolic_trace`` graphs. Running it twice changes nothing the
@@ -120,7 +120,7 @@ def eliminate_clones(
         its writers and the dead users of its values. False removes clones only
         by replacing them with their originals.
     refinements : iterable of str, optional
-        The refinements of C1-C5 to use (``rewrite.planner.REFINEMENTS``:
+        The refinements of C1-C5 to use (``rewrite.planning.planner.REFINEMENTS``:
         "layout", "liveness", "exact", "kills"); all by default. Fewer is
         sound and removes less (for measuring each one, or narrowing down a
         decision).

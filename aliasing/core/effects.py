@@ -22,10 +22,10 @@ means a fresh allocation). The rules:
   that analysis is not available), ``with_effects`` (the wrapped op's effect;
   output 0 is the effect token).
 - Hidden effects: ops whose schema does not declare a write or a view
-  (:mod:`aliasing.hidden_effects`, each entry backed by the audit) get it added.
+  (:mod:`aliasing.core.hidden_effects`, each entry backed by the audit) get it added.
 - Torch-level calls (``torch.fx.symbolic_trace`` graphs: tensor methods, torch
   builtins, Python operators, ``operator.setitem``, indexing) through the ATen
-  schema of the same name where that is unambiguous (:mod:`aliasing.resolve`).
+  schema of the same name where that is unambiguous (:mod:`aliasing.core.resolve`).
 - Everything else (``call_module``, Python callables, unrecognised
   higher-order ops) is unknown (:func:`unknown_effect`): it may read and write
   every tensor it can reach and may return an alias of any of them.
@@ -33,7 +33,7 @@ means a fresh allocation). The rules:
 This module holds :data:`SCHEMA_EFFECTS`, the table of those rules. The
 control-flow higher-order ops (``cond``, ``while_loop``, ``invoke_subgraph``,
 ``wrap`` and its variants) need the analysis itself for their subgraphs: their
-rules (:mod:`aliasing.subgraphs`) receive the analysis entry point, and
+rules (:mod:`aliasing.core.subgraphs`) receive the analysis entry point, and
 :data:`aliasing.DEFAULT_EFFECTS` is ``SCHEMA_EFFECTS`` tied to them by
 :func:`aliasing.with_control_flow`. Callers extend a table with
 ``table.with_rule(target, rule)``; nothing mutates a global table.
@@ -50,10 +50,10 @@ from typing import Any
 import torch
 import torch.fx
 
-from aliasing.facts import FactsCache, TensorFacts, is_tensor_meta, known_equal
-from aliasing.hidden_effects import HIDDEN_EFFECTS
-from aliasing.registry import classify
-from aliasing.resolve import INPLACE_OPERATORS, PURE_OPERATORS, SCALAR_FUNCTIONS, resolve_overload
+from aliasing.core.facts import FactsCache, TensorFacts, is_tensor_meta, known_equal
+from aliasing.core.hidden_effects import HIDDEN_EFFECTS
+from aliasing.core.registry import classify
+from aliasing.core.resolve import INPLACE_OPERATORS, PURE_OPERATORS, SCALAR_FUNCTIONS, resolve_overload
 
 __all__ = [
     "EACH",
@@ -99,7 +99,7 @@ class Effect:
     #: Output keys that may alias their sources (``contiguous``, ``reshape``, ``to``: a view or
     #: a copy, depending on the layout) and that the trace recorded as a copy. The analysis
     #: makes such an output fresh where the metadata is trustworthy (:func:`recomputed_copy`
-    #: and ``aliasing.analysis``); elsewhere the alias stands.
+    #: and ``aliasing.core.analysis``); elsewhere the alias stands.
     copies: tuple[object, ...] = ()
 
     def __init__(
@@ -216,14 +216,14 @@ class _SchemaEffect:
     list_return: bool  # a single Tensor[] return
     metadata_only: bool
     never_copies: bool  # a view op that always returns a view (reads no data)
-    hidden_writes: tuple[bool, ...]  # written although the schema has no `!` (aliasing.hidden_effects)
+    hidden_writes: tuple[bool, ...]  # written although the schema has no `!` (aliasing.core.hidden_effects)
     hidden_condition: int | None  # index of the bool argument that must not be False for them
     hidden_view_of: int | None  # index of the argument the result is a view of, undeclared
     may_write: bool  # some argument may be written (declared or hidden)
     mutates_metadata: bool  # changes its first argument's storage or layout (set_, resize_, t_...)
     out_params: tuple[int, ...]  # keyword-only written arguments (``out=``): they may be resized
     write_only: tuple[int, ...]  # written, old value never read: copy_'s self, out= of out variants
-    unclassified: bool  # an ATen overload that aliasing.registry cannot classify: every call is unknown
+    unclassified: bool  # an ATen overload that aliasing.core.registry cannot classify: every call is unknown
 
 
 #: Templates by ``id(op)`` (the op is kept alive in the value, so its id is not reused).
@@ -406,7 +406,7 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
     """Effect of an ``OpOverload`` call from its schema (see module docstring).
 
     ``op`` is the overload whose schema describes the call (by default the node's
-    target; :func:`aliasing.resolve.resolve_overload` for torch-level calls).
+    target; :func:`aliasing.core.resolve.resolve_overload` for torch-level calls).
     """
     if op is None:
         if not isinstance(node.target, torch._ops.OpOverload):
@@ -416,7 +416,7 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
     if se.metadata_only:
         return _METADATA_ONLY_EFFECT
     if se.unclassified:
-        return unknown_effect(node, f"{op} is not classified by aliasing.registry (a new ATen op?)")
+        return unknown_effect(node, f"{op} is not classified by aliasing.core.registry (a new ATen op?)")
     args, kwargs = node.args, node.kwargs
     nargs = len(args)
     index = se.index
@@ -441,7 +441,7 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
 
     writes: list[torch.fx.Node] = []
     if se.may_write:
-        # Hidden writes (aliasing.hidden_effects) count unless their condition is literally False.
+        # Hidden writes (aliasing.core.hidden_effects) count unless their condition is literally False.
         cond = se.hidden_condition
         hidden_on = cond is None or _bound(se, cond, args, kwargs) is not False
         for i, nodes in passed.items():

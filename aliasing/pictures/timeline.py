@@ -71,10 +71,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 import torch.fx
 
+from aliasing.core.regions import Region
+from aliasing.core.roles import UNKNOWN_STORAGE
 from aliasing.errors import UnknownNodeError
-from aliasing.regions import Region
-from aliasing.roles import UNKNOWN_STORAGE
-from aliasing.storage_graph import (
+from aliasing.pictures.storage_graph import (
     EVIDENCE_COLOUR,
     KEPT_FILL,
     REMOVED_FILL,
@@ -90,7 +90,7 @@ from aliasing.storage_graph import (
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from aliasing.analysis import AliasAnalysis
+    from aliasing.core.analysis import AliasAnalysis
 
 __all__ = [
     "GROUP",

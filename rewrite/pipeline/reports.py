@@ -1,0 +1,166 @@
+"""What one pipeline run did: :class:`PipelineReport`, and the log lines the adapters write from it."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rewrite.lowering.reports import LoweringReport
+from rewrite.planning.decisions import CloneEliminationReport, Decision, Reason
+
+__all__ = ["PipelineReport", "log_pipeline_report"]
+
+_FOLDS = frozenset({Reason.FOLDED_INTO_COPY_BACK, Reason.REMOVABLE_BY_REGIONS})
+
+
+def _is_copy(d: Decision) -> bool:
+    return d.reason.is_copy_reason
+
+
+@dataclass(frozen=True)
+class PipelineReport:
+    """Everything :func:`rewrite.lowering.lower_and_eliminate` did: the lowering, then each planner round.
+
+    ``eliminations`` holds one :class:`~rewrite.planning.decisions.CloneEliminationReport`
+    per round of the copy planner (:mod:`rewrite.planning.planner`), with a decision for
+    every clone and every ``copy_`` of the graph at that round.
+    """
+
+    lowering: LoweringReport = field(default_factory=LoweringReport)
+    eliminations: tuple[CloneEliminationReport, ...] = ()
+    error: str | None = None
+
+    def _decisions(self) -> list[Decision]:
+        return [d for rep in self.eliminations for d in rep.decisions]
+
+    @property
+    def removed(self) -> tuple[str, ...]:
+        """Clones removed, in every round (folded ones included)."""
+        return tuple(d.node for d in self._decisions() if d.action == "remove" and not _is_copy(d))
+
+    @property
+    def folds(self) -> tuple[Decision, ...]:
+        """The removals of clones by the copy-back fold (condition C8)."""
+        return tuple(d for d in self._decisions() if d.action == "remove" and d.reason in _FOLDS)
+
+    @property
+    def dropped_copies(self) -> tuple[str, ...]:
+        """``copy_`` nodes removed as self-copies (condition C9)."""
+        return tuple(d.node for d in self._decisions() if d.action == "remove" and _is_copy(d))
+
+    @property
+    def kept(self) -> tuple[str, ...]:
+        """Clones still in the graph (kept by the last round)."""
+        if not self.eliminations:
+            return ()
+        return tuple(d.node for d in self.eliminations[-1].decisions if d.action == "keep" and not _is_copy(d))
+
+    def summary(self) -> str:
+        """One line: counts of lowered ops, removed and kept clones, dropped copies."""
+        low = self.lowering
+        text = (
+            f"fx-aliasing: lowered {len(low.lowered)} functional op(s) ({len(low.skipped)} skipped), "
+            f"{len(low.clones)} clone(s) created; removed {len(self.removed)} clone(s) "
+            f"({len(self.folds)} folded), kept {len(self.kept)}; "
+            f"dropped {len(self.dropped_copies)} self-copy(ies)"
+        )
+        if self.error:
+            text += f"; error: {self.error}"
+        return text
+
+    def __str__(self) -> str:
+        parts = [self.summary(), str(self.lowering)]
+        for i, rep in enumerate(self.eliminations):
+            parts.append(f"copy planner, round {i + 1}:\n{rep}")
+        return "\n".join(parts)
+
+
+def log_pipeline_report(
+    report: PipelineReport,
+    logger: logging.Logger,
+    *,
+    dialect: Literal["inductor", "vllm"],
+    pass_name: str = "",
+) -> None:
+    """Log what one pipeline run did, as the ``torch.compile`` adapter or the vLLM adapter does.
+
+    Both dialects log each lowered op and the decisions at DEBUG (only when
+    DEBUG is enabled), then a summary:
+
+    - ``"inductor"`` (:mod:`rewrite.inductor`): every op not lowered too, every
+      decision of every planner round with its condition and evidence, every
+      dropped self-copy; then :meth:`PipelineReport.summary` at INFO;
+    - ``"vllm"`` (:mod:`rewrite.vllm`), worded as vLLM's own passes log: the
+      removals of every round, the clones the last round keeps with the
+      reason's description; a pipeline error at WARNING naming ``pass_name``;
+      then the counts at DEBUG.
+
+    Examples
+    --------
+    >>> import logging
+    >>> records = []
+    >>> class Keep(logging.Handler):
+    ...     def emit(self, record):
+    ...         records.append(record.getMessage())
+    >>> logger = logging.getLogger("fx_aliasing_doctest")
+    >>> logger.addHandler(Keep())
+    >>> logger.setLevel(logging.DEBUG)
+    >>> log_pipeline_report(PipelineReport(error="boom"), logger, dialect="vllm", pass_name="CloneEliminationPass")
+    >>> records
+    ['CloneEliminationPass stopped early, every step so far is sound: boom', 'CloneEliminationPass removed 0 clone nodes, kept 0, dropped 0 self-copies']
+    >>> records.clear()
+    >>> log_pipeline_report(PipelineReport(), logger, dialect="inductor")
+    >>> records[-1].startswith("fx-aliasing: lowered 0 functional op(s)")
+    True
+    """
+    if dialect == "inductor":
+        if logger.isEnabledFor(logging.DEBUG):
+            for low in report.lowering.lowered:
+                logger.debug("lowered %s (%s) -> %s, clones %s", low.node, low.kind, low.call, ", ".join(low.clones))
+            for sk in report.lowering.skipped:
+                logger.debug("not lowered %s (%s): %s", sk.node, sk.kind, sk.reason)
+            for i, rep in enumerate(report.eliminations):
+                for d in rep.decisions:
+                    cond = f"{d.reason.condition} " if d.reason.condition else ""
+                    logger.debug(
+                        "round %d: %s %s (%s): %s%s %s",
+                        i + 1,
+                        d.action,
+                        d.node,
+                        d.original,
+                        cond,
+                        d.reason,
+                        ", ".join(d.evidence),
+                    )
+            for name in report.dropped_copies:
+                logger.debug("dropped self-copy %s", name)
+        logger.info("%s", report.summary())
+        return
+    if logger.isEnabledFor(logging.DEBUG):
+        for low in report.lowering.lowered:
+            logger.debug("Lowered %s (%s) into %s with clones %s", low.node, low.kind, low.call, ", ".join(low.clones))
+        for rep in report.eliminations:
+            for d in rep.decisions:
+                if d.action == "remove":
+                    what = "copy" if d.reason.is_copy_reason else "clone"
+                    logger.debug("Node %s is a redundant %s of %s, removing it (%s)", d.node, what, d.original, d.reason)
+        last = report.eliminations[-1].decisions if report.eliminations else ()
+        for d in last:
+            if d.action == "keep" and not d.reason.is_copy_reason:
+                logger.debug(
+                    "Clone removal not possible, node=%s original_node=%s: %s (evidence: %s)",
+                    d.node,
+                    d.original,
+                    d.reason.description,
+                    ", ".join(d.evidence) or "-",
+                )
+    if report.error:
+        logger.warning("%s stopped early, every step so far is sound: %s", pass_name, report.error)
+    logger.debug(
+        "%s removed %d clone nodes, kept %d, dropped %d self-copies",
+        pass_name,
+        len(report.removed),
+        len(report.kept),
+        len(report.dropped_copies),
+    )
