@@ -10,7 +10,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from rewrite import eliminate_clones
-from rewrite.pipeline.eliminate import recompile_lazily
+from rewrite.editing.recompile import recompile_lazily
 
 
 def _rewritten() -> torch.fx.GraphModule:

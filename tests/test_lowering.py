@@ -18,9 +18,9 @@ import torch.fx
 from torch._higher_order_ops.auto_functionalize import auto_functionalized, auto_functionalized_v2
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from rewrite import Reason
+from rewrite import Reason, eliminate_clones
 from rewrite.lowering import lower_functional_ops
-from rewrite.pipeline.driver import lower_and_eliminate, plan_and_apply
+from rewrite.pipeline.driver import lower_and_eliminate
 from rewrite.pipeline.reports import PipelineReport
 from rewrite.testing import check_equivalent, copy_program
 
@@ -549,7 +549,7 @@ def test_self_copies_same_region_only() -> None:
 
     gm = _trace(f, (2, 3))
     rewritten = copy_program(gm)
-    report = plan_and_apply(rewritten.graph)
+    report = eliminate_clones(rewritten.graph)
     rewritten.recompile()
     assert [(d.node, d.action, d.reason) for d in report.decisions] == [
         ("copy_", "remove", Reason.SELF_COPY),

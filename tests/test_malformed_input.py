@@ -151,7 +151,7 @@ def test_internal_failure_keeps_every_clone_and_leaves_the_graph(monkeypatch: py
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("planner bug")
 
-    monkeypatch.setattr("rewrite.pipeline.eliminate.plan_clone_elimination", broken)
+    monkeypatch.setattr("rewrite.pipeline.driver.plan", broken)
     report = eliminate_clones(gm)
     assert {d.reason for d in report.decisions} == {Reason.INTERNAL_ERROR}
     assert report.kept == ("clone", "clone_1") and "planner bug" in (report.error or "")

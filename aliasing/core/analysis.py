@@ -26,10 +26,13 @@ from __future__ import annotations
 import contextvars
 import gc
 import operator
+import os
+import sys
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -860,7 +863,20 @@ def _warn_once(message: str, category: type[Warning]) -> None:
         if category in seen:
             return
         seen.add(category)
-    warnings.warn(message, category, stacklevel=3)
+    warnings.warn(message, category, stacklevel=_caller_level())
+
+
+_LIBRARY = tuple(str(Path(__file__).resolve().parents[2] / pkg) + os.sep for pkg in ("aliasing", "rewrite"))
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside this library: warnings point at the caller's line."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 def with_control_flow(table: EffectTable) -> EffectTable:

@@ -1,83 +1,166 @@
-"""The pipeline: lower the functional wrappers, then run the copy planner to a fixed point.
+"""The one pipeline: lower the functional wrappers, then plan every copy against one planning state and apply.
 
-Each round analyses the graph as it is, asks the one copy planner
-(:func:`rewrite.planning.planner.plan_clone_elimination`, conditions C1-C9) about every
-clone and every ``copy_`` of the graph, applies the removals with the one
-applier (:func:`rewrite.editing.apply.apply_decisions`: a removed clone is replaced by
-its original, a removed self-copy by its destination) and recreates the nodes
-whose fake values lived in a removed clone's storage
-(:func:`rewrite.lowering.metadata.refresh_stale`). The planner's plan is a
-fixed point of its own incremental analysis (C7); rounds repeat, against a
-fresh analysis, until a round removes nothing.
+:func:`run` is the only driver; :func:`rewrite.eliminate_clones` and
+:func:`lower_and_eliminate` are thin entry points over it that differ only in
+what they accept (any target and caller options, or a post-grad ``Graph``
+with the hazard guard's protected copies) and in what they return.
+
+A run, on a graph it may mutate:
+
+1. lower (optional): ``auto_functionalized``/``_v2``/Triton wrappers/scatters
+   become clones plus in-place calls (:mod:`rewrite.lowering`);
+2. analyse once and build the one :class:`~rewrite.planning.state.PlanningState`;
+3. plan: the planner decides every clone and ``copy_`` of the graph against the
+   state, recording each decision in it (C7), to its fixed point;
+4. apply the plan (:func:`rewrite.editing.apply.apply_plan`: all or nothing);
+5. refresh the fake values that lived in a removed clone's storage
+   (:func:`rewrite.lowering.metadata.refresh_stale`), so later passes read
+   truthful metadata.
+
+The state's updates are exact but for one case: a clone removed with a change
+of layout (C1 refined) leaves the values of its storage without a region
+("anywhere"). Only then is the graph analysed again for another round
+(``max_rounds`` bounds them); the report counts the analyses.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 
 import torch.fx
 
 from aliasing import analyze
 from aliasing.core.facts import meta_value
-from rewrite.editing.apply import apply_decisions
-from rewrite.editing.nodes import recompile
+from aliasing.core.target import Target, check_donated_inputs, resolve_target
+from aliasing.errors import AliasingError
+from rewrite.editing.apply import apply_plan
+from rewrite.editing.recompile import recompile_lazily
 from rewrite.lowering.functional import lower_functional_ops
 from rewrite.lowering.metadata import refresh_stale, storage_keys
 from rewrite.lowering.reports import LoweringReport
 from rewrite.pipeline.reports import PipelineReport
+from rewrite.planning.candidates import is_clone_candidate, is_copy_candidate
 from rewrite.planning.decisions import CloneEliminationReport
-from rewrite.planning.planner import is_clone_candidate, is_copy_candidate, plan_clone_elimination
+from rewrite.planning.planner import plan
+from rewrite.planning.state import REFINEMENTS, Plan, PlanningState
 
-__all__ = ["lower_and_eliminate", "plan_and_apply"]
+__all__ = ["Options", "lower_and_eliminate", "run"]
 
 log = logging.getLogger(__name__)
 
 
-def plan_and_apply(
-    graph: torch.fx.Graph, *, donated_inputs: Iterable[int] = (), keep: Collection[torch.fx.Node] = ()
-) -> CloneEliminationReport:
-    """One round: plan every clone and ``copy_`` of ``graph`` and apply the removals (mutates ``graph``).
+@dataclass(frozen=True)
+class Options:
+    """What one pipeline run does (the entry points fill it from their parameters)."""
 
-    Never raises from the planning: a failure keeps every copy and is reported
-    in :attr:`~rewrite.planning.decisions.CloneEliminationReport.error`. Nodes in
-    ``keep`` are not judged (the hazard guard's copies, :mod:`rewrite.guard`:
-    needed by what Inductor does later, not by the graph read literally).
+    lower_functional: bool = False
+    erase_dead: bool = True
+    refinements: frozenset[str] = REFINEMENTS
+    #: copies nobody decides (the hazard guard's protective clones)
+    keep: Collection[torch.fx.Node] = ()
+    max_rounds: int = 4
+    #: re-raise an internal failure instead of reporting it
+    strict: bool = False
 
-    Examples
-    --------
+
+@dataclass(frozen=True)
+class Round:
+    """One round: its report, the analysis' opaque nodes, and whether the state lost precision."""
+
+    report: CloneEliminationReport
+    replaced: dict[str, str]
+    relocated: bool
+
+
+def run(target: Target, options: Options) -> tuple[PipelineReport, dict[str, str]]:
+    """Run the pipeline on ``target``'s graph (mutated); returns its report and ``{removed name: replacement name}``.
+
+    ``target`` is the resolved program (:func:`aliasing.core.target.resolve_target`:
+    the graph, its module and its inputs' roles, donated ones included).
+
+    Never raises unless ``options.strict``: a failure keeps every copy of the
+    failing round (the graph is as that round found it) and is reported in
+    :attr:`PipelineReport.error`.
+
+    Example
+    -------
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
     >>> gm = make_fx(lambda x: x[0].copy_(x[0]).sum() + x.clone().sum(), tracing_mode="fake")(torch.randn(2, 3))
-    >>> [(d.node, d.action, str(d.reason)) for d in plan_and_apply(gm.graph).decisions]
+    >>> from aliasing.core.target import resolve_target
+    >>> report, replaced = run(resolve_target(gm), Options())
+    >>> [(d.node, d.action, str(d.reason)) for d in report.eliminations[0].decisions]
     [('copy_', 'remove', 'copy-onto-itself'), ('clone', 'remove', 'removable')]
+    >>> report.analyses, sorted(replaced)
+    (1, ['clone', 'copy_'])
     """
-    donated = tuple(donated_inputs)
-    kept = set(keep)
-    candidates = [n for n in graph.nodes if (is_clone_candidate(n) or is_copy_candidate(n)) and n not in kept]
+    lowering = LoweringReport()
+    rounds: list[CloneEliminationReport] = []
+    replaced: dict[str, str] = {}
+    error: str | None = None
     try:
-        decisions = plan_clone_elimination(analyze(graph, donated_inputs=donated), candidates)
+        if options.lower_functional:
+            lowering = lower_functional_ops(target.graph)
+        for _ in range(max(1, options.max_rounds)):
+            done = _round(target, options)
+            rounds.append(done.report)
+            replaced.update(done.replaced)
+            if done.report.error or not done.replaced or not done.relocated:
+                break  # the state's updates were exact: the plan is the graph's fixed point
+    except Exception as e:  # never raise from a pass: report and keep what was done
+        if options.strict:
+            raise
+        error = f"{type(e).__name__}: {e}"
+        log.warning("fx-aliasing pipeline stopped: %s", error)
+    error = error or next((r.error for r in rounds if r.error), None)
+    return PipelineReport(lowering, tuple(rounds), error, analyses=len(rounds)), replaced
+
+
+def _round(target: Target, options: Options) -> Round:
+    """Analyse, plan against one state, apply, refresh stale metadata."""
+    graph = target.graph
+    kept = set(options.keep)
+    candidates = [n for n in graph.nodes if (is_clone_candidate(n) or is_copy_candidate(n)) and n not in kept]
+    opaque: tuple[str, ...] = ()
+    try:
+        analysis = analyze(target)
+        opaque = tuple(n.name for n in analysis.opaque_nodes)
+        state = PlanningState(analysis, erase_dead=options.erase_dead, refine=options.refinements, protected=kept)
+        planned = plan(state, candidates)
+        stale = _stale_storages(planned)
+        replaced = apply_plan(graph, planned)  # all or nothing
     except Exception as e:
+        if options.strict:
+            raise
         log.warning("copy planning failed, keeping every copy: %s: %s", type(e).__name__, e)
-        return CloneEliminationReport.internal_error(
-            [n for n in candidates if is_clone_candidate(n)], f"{type(e).__name__}: {e}"
-        )
-    by_name = {n.name: n for n in graph.nodes}
+        clones = [n for n in candidates if is_clone_candidate(n)]
+        return Round(CloneEliminationReport.internal_error(clones, f"{type(e).__name__}: {e}", opaque), {}, False)
+    _refresh(graph, stale)
+    for d in planned:
+        log.debug("%s %s (%s): %s %s", d.action, d.node, d.original, d.reason, ", ".join(d.evidence))
+    return Round(CloneEliminationReport(tuple(planned), opaque=opaque), replaced, bool(state.relocated))
+
+
+def _stale_storages(planned: Plan) -> set[int]:
+    """The fake storages of the clones the plan removes by replacement: values there become stale."""
     stale: set[int] = set()
-    for d in decisions:
-        if d.action == "remove" and not d.reason.is_copy_reason and d.node in by_name:
-            stale |= storage_keys(meta_value(by_name[d.node]))
-    replaced = apply_decisions(graph, decisions)
+    for node, d, _ in planned.removals():
+        if not d.reason.is_copy_reason:
+            stale |= storage_keys(meta_value(node))
+    return stale
+
+
+def _refresh(graph: torch.fx.Graph, stale: set[int]) -> None:
+    """Recreate the nodes whose fake values live in ``stale`` storages (never those of inputs or constants)."""
+    if not stale:
+        return
     keep_keys: set[int] = set()
     for n in graph.nodes:
         if n.op in ("placeholder", "get_attr"):
             keep_keys |= storage_keys(meta_value(n))
     refresh_stale(graph, stale - keep_keys)
-    for d in decisions:
-        log.debug("%s %s (%s): %s %s", d.action, d.node, d.original, d.reason, ", ".join(d.evidence))
-    if replaced:
-        recompile(graph)
-    return CloneEliminationReport(tuple(decisions))
 
 
 def lower_and_eliminate(
@@ -90,21 +173,24 @@ def lower_and_eliminate(
 ) -> PipelineReport:
     """Lower functional ops (optionally), then remove the copies the program does not need.
 
-    Never raises on a well-formed graph: a failure stops the pipeline where it
-    is (every step leaves a valid, equivalent graph) and is reported in
-    :attr:`PipelineReport.error`.
+    The post-grad entry point of :func:`run` (the ``torch.compile`` and vLLM
+    adapters call it). Never raises on a well-formed graph: a failure stops
+    the pipeline where it is (every step leaves a valid, equivalent graph) and
+    is reported in :attr:`PipelineReport.error`.
 
     Parameters
     ----------
     graph : torch.fx.Graph
-        A functionalized graph with ``meta['val']`` on its nodes (mutated in place).
+        A functionalized graph with ``meta['val']`` on its nodes (mutated in place;
+        its owning GraphModule's code is regenerated on first use).
     donated_inputs : iterable of int
         Placeholder positions the caller gives up (see :func:`aliasing.analyze`).
     lower_functional : bool
         Lower ``auto_functionalized``/``_v2``/``triton_kernel_wrapper_functional``
         first; with False only the copies already in the graph are judged.
     max_rounds : int
-        Bound on planner rounds (each against a fresh analysis).
+        Bound on planner rounds (a round after the first only follows a removal
+        that changed a layout).
     keep : collection of fx.Node
         Copies the planner must leave alone (the hazard guard's protective clones).
 
@@ -118,25 +204,17 @@ def lower_and_eliminate(
     >>> from torch.fx.experimental.proxy_tensor import make_fx
     >>> gm = make_fx(lambda x: (x * 2).clone() + 1, tracing_mode="fake")(torch.randn(4))
     >>> report = lower_and_eliminate(gm.graph)
-    >>> report.removed
-    ('clone',)
+    >>> report.removed, report.analyses
+    (('clone',), 1)
     """
-    donated = tuple(donated_inputs)
-    lowering = LoweringReport()
-    rounds: list[CloneEliminationReport] = []
-    error: str | None = None
+    options = Options(lower_functional, keep=tuple(keep), max_rounds=max_rounds)
     try:
-        if lower_functional:
-            lowering = lower_functional_ops(graph)
-        for _ in range(max(1, max_rounds)):
-            rep = plan_and_apply(graph, donated_inputs=donated, keep=keep)
-            rounds.append(rep)
-            if rep.error:
-                error = rep.error
-                break
-            if not any(d.action == "remove" for d in rep.decisions):
-                break  # this round ran on the final graph and found nothing: a fixed point
-    except Exception as e:  # never raise from a pass: report and keep what was done
-        error = f"{type(e).__name__}: {e}"
-        log.warning("fx-aliasing pipeline stopped: %s", error)
-    return PipelineReport(lowering, tuple(rounds), error)
+        target = resolve_target(graph, check_donated_inputs(donated_inputs))
+    except AliasingError as e:  # a pass never raises: report it
+        log.warning("fx-aliasing pipeline stopped: %s: %s", type(e).__name__, e)
+        return PipelineReport(error=f"{type(e).__name__}: {e}")
+    report, replaced = run(target, options)
+    owner = getattr(graph, "owning_module", None)
+    if (replaced or report.lowering.lowered) and isinstance(owner, torch.fx.GraphModule):
+        recompile_lazily(owner)
+    return report

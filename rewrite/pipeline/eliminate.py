@@ -4,77 +4,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any, Union, cast
+from typing import Union
 
 import torch
 import torch.fx
 
-from aliasing import analyze
 from aliasing.core.analysis import paused_gc
 from aliasing.core.target import Target as ResolvedTarget
 from aliasing.core.target import check_donated_inputs, resolve_target
 from aliasing.errors import AliasingError
-from rewrite.editing.apply import apply_decisions
+from rewrite.editing.recompile import recompile_lazily
 from rewrite.errors import RewriteError
+from rewrite.pipeline.driver import Options, run
 from rewrite.planning.decisions import CloneEliminationReport
-from rewrite.planning.planner import check_refinements, is_clone_candidate, plan_clone_elimination
+from rewrite.planning.state import check_refinements
 
-__all__ = ["eliminate_clones", "recompile_lazily"]
+__all__ = ["eliminate_clones"]
 
 log = logging.getLogger(__name__)
 
 Target = Union[torch.fx.GraphModule, torch.fx.Graph, "torch.export.ExportedProgram"]
-
-
-class _CodeOnDemand:
-    """The generated code of a GraphModule, produced on first access (a non-data
-    descriptor: once ``recompile`` stores ``_code`` on the instance, it is plain data)."""
-
-    def __get__(self, obj: object, owner: object = None) -> object:
-        if obj is None:
-            return self
-        torch.fx.GraphModule.recompile(cast(torch.fx.GraphModule, obj))  # installed on GraphModule classes only
-        return obj.__dict__["_code"]
-
-
-def _forward_on_demand(self: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> Any:
-    torch.fx.GraphModule.recompile(self)  # installs the real forward on the instance's class
-    return self.forward(*args, **kwargs)
-
-
-def _reduce_fresh(self: torch.fx.GraphModule) -> Any:
-    torch.fx.GraphModule.recompile(self)
-    return torch.fx.GraphModule.__reduce__(self)
-
-
-def recompile_lazily(gm: torch.fx.GraphModule) -> None:
-    """Mark ``gm``'s Python code stale: it is generated on the first call, ``.code``,
-    ``str()`` or pickling, as torch's own lazy graph modules do.
-
-    Pass managers that never run the Python code (Inductor, vLLM) then never pay
-    for it. Every GraphModule instance has a class of its own (torch creates one
-    per instance), so the change touches this module only.
-
-    Example
-    -------
-    >>> import torch
-    >>> from torch.fx.experimental.proxy_tensor import make_fx
-    >>> gm = make_fx(lambda x: x.clone() * 2)(torch.ones(2))
-    >>> clone = next(n for n in gm.graph.nodes if n.name == "clone")
-    >>> _ = clone.replace_all_uses_with(clone.args[0]); gm.graph.erase_node(clone)
-    >>> recompile_lazily(gm)
-    >>> "clone" in gm.code, gm(torch.ones(2)).tolist()
-    (False, [2.0, 2.0])
-    """
-    cls = type(gm)
-    if cls.__qualname__.rsplit(".", 1)[-1] != "GraphModuleImpl":
-        gm.recompile()  # not torch's per-instance class: compile now rather than touch a shared class
-        return
-    gm.__dict__.pop("_code", None)
-    # torch's per-instance GraphModule class: these shadow GraphModule's members for this module only
-    cls._code = _CodeOnDemand()
-    cls.forward = _forward_on_demand  # replaced by the real forward at the first recompile
-    cls.__reduce__ = _reduce_fresh  # type: ignore[method-assign]  # pickling regenerates the code first
 
 
 def _rename_exported_outputs(ep: torch.export.ExportedProgram, replaced: dict[str, str]) -> None:
@@ -99,7 +48,7 @@ def eliminate_clones(
     """Remove every ``clone`` whose copy the program does not need, and none that it does.
 
     The target is rewritten in place: a GraphModule or ExportedProgram has its
-    Python code regenerated on first use (:func:`recompile_lazily`); a bare
+    Python code regenerated on first use (:func:`rewrite.editing.recompile.recompile_lazily`); a bare
     ``Graph`` is left for its owner to recompile, as pass managers expect. Conditions
     C1-C8 and C10 (see :mod:`rewrite.planning.planner`) decide each candidate:
     ``aten.clone`` (with or without ``memory_format``), ``aten._to_copy`` that
@@ -164,21 +113,13 @@ def eliminate_clones(
 def _eliminate(
     target: Target, resolved: ResolvedTarget, strict: bool, erase_dead: bool, refinements: frozenset[str]
 ) -> CloneEliminationReport:
-    graph = resolved.graph
-    candidates = [n for n in graph.nodes if is_clone_candidate(n)]
-    opaque: tuple[str, ...] = ()
+    options = Options(erase_dead=erase_dead, refinements=refinements, strict=strict)
     try:
-        analysis = analyze(resolved)
-        opaque = tuple(n.name for n in analysis.opaque_nodes)
-        decisions = plan_clone_elimination(analysis, candidates, erase_dead=erase_dead, refinements=refinements)
-        replaced = apply_decisions(graph, decisions)  # all or nothing
-    except Exception as e:
-        if strict:
-            if isinstance(e, AliasingError):
-                raise
-            raise RewriteError(f"clone elimination failed: {type(e).__name__}: {e}") from e
-        log.warning("clone elimination failed, keeping every clone: %s: %s", type(e).__name__, e)
-        return CloneEliminationReport.internal_error(candidates, f"{type(e).__name__}: {e}", opaque)
+        pipeline, replaced = run(resolved, options)
+    except AliasingError:
+        raise
+    except Exception as e:  # strict: every internal failure is a RewriteError
+        raise RewriteError(f"clone elimination failed: {type(e).__name__}: {e}") from e
     if replaced:
         if isinstance(target, torch.export.ExportedProgram):
             _rename_exported_outputs(target, replaced)
@@ -187,7 +128,4 @@ def _eliminate(
             recompile_lazily(target)
         # A bare Graph is rewritten in place and left to its owner to recompile, as pass
         # managers (Inductor's post-grad passes, vLLM's) expect.
-    report = CloneEliminationReport(tuple(decisions), opaque=opaque)
-    for d in decisions:
-        log.debug("%s %s: %s %s", d.action, d.node, d.reason, ", ".join(d.evidence))
-    return report
+    return pipeline.elimination()

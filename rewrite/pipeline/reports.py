@@ -30,6 +30,22 @@ class PipelineReport:
     lowering: LoweringReport = field(default_factory=LoweringReport)
     eliminations: tuple[CloneEliminationReport, ...] = ()
     error: str | None = None
+    #: analyses built by the run (one per planner round; a round after the first only follows
+    #: a removal that changed a layout, where the planning state's regions are "anywhere")
+    analyses: int = 0
+
+    def elimination(self) -> CloneEliminationReport:
+        """The run as one report: every round's removals, then the last round's keeps.
+
+        What :func:`rewrite.eliminate_clones` returns (one round: that round's report).
+        """
+        if not self.eliminations:
+            return CloneEliminationReport(error=self.error)
+        last = self.eliminations[-1]
+        earlier = tuple(d for rep in self.eliminations[:-1] for d in rep.decisions if d.action == "remove")
+        return CloneEliminationReport(
+            earlier + last.decisions, self.error, last.notes, opaque=self.eliminations[0].opaque
+        )
 
     def _decisions(self) -> list[Decision]:
         return [d for rep in self.eliminations for d in rep.decisions]

@@ -191,13 +191,18 @@ class CloneEliminationReport:
 
     @property
     def removed(self) -> tuple[str, ...]:
-        """Names of the clones removed."""
-        return tuple(d.node for d in self.decisions if d.action == "remove")
+        """Names of the clones removed (``copy_`` self-copies are in :attr:`dropped_copies`)."""
+        return tuple(d.node for d in self.decisions if d.action == "remove" and not d.reason.is_copy_reason)
 
     @property
     def kept(self) -> tuple[str, ...]:
-        """Names of the clones kept."""
-        return tuple(d.node for d in self.decisions if d.action == "keep")
+        """Names of the clones kept (a ``copy_`` kept is a write-back the program needs, not listed)."""
+        return tuple(d.node for d in self.decisions if d.action == "keep" and not d.reason.is_copy_reason)
+
+    @property
+    def dropped_copies(self) -> tuple[str, ...]:
+        """Names of the ``copy_`` nodes removed as self-copies (condition C9)."""
+        return tuple(d.node for d in self.decisions if d.action == "remove" and d.reason.is_copy_reason)
 
     def decision(self, name: str) -> Decision:
         """The decision for the clone named ``name`` (KeyError if it was no candidate)."""

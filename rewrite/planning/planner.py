@@ -168,7 +168,6 @@ removed clone by its original; a C10 group is erased).
 
 from __future__ import annotations
 
-import bisect
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -180,10 +179,8 @@ from aliasing import Access, AliasAnalysis, Region, Role, regions_may_overlap
 from aliasing.core.analysis import UNKNOWN_STORAGE
 from aliasing.core.facts import TensorFacts, known_equal, same_layout, same_region
 from aliasing.core.roles import CALLER_VISIBLE
-from aliasing.errors import AliasingError
-from rewrite.errors import RewriteError
+from rewrite.planning.candidates import is_clone_candidate, is_copy_candidate
 from rewrite.planning.dataflow import (
-    Liveness,
     is_elementwise,
     is_side_effectful,
     layout_observer,
@@ -194,195 +191,20 @@ from rewrite.planning.dataflow import (
     writes_all_of,
 )
 from rewrite.planning.decisions import Decision, Reason
+from rewrite.planning.state import CONDITIONS, REFINEMENTS, Plan, PlanningState, StorageClass, check_refinements
 
-__all__ = ["CONDITIONS", "REFINEMENTS", "is_clone_candidate", "is_copy_candidate", "plan_clone_elimination"]
-
-#: Conditions that ``skip`` may name (for testing test tools only: skipping any is unsound).
-CONDITIONS = frozenset({"C1", "C2", "C3", "C4", "C5", "C6"})
-
-#: The refinements of C1-C5 that ``refinements`` may name (turning any off is sound: less goes).
-#: "layout": C1 refined; "liveness": dead readers and dead writers; "exact": element-exact
-#: same-node effects (C4'); "kills": kills, value-preserving and self copies, write-only
-#: destinations. C10 has its own switch, ``erase_dead``.
-REFINEMENTS = frozenset({"layout", "liveness", "exact", "kills"})
-
-_TO_COPY_KWARGS = frozenset({"dtype", "layout", "device", "memory_format", "non_blocking"})
-
-#: Torch-level spellings of a clone (``torch.fx.symbolic_trace`` graphs).
-_TORCH_CLONES = (torch.clone, torch.Tensor.clone)
-
-
-def is_clone_candidate(node: torch.fx.Node) -> bool:
-    """True for ``aten.clone``, ``aten._to_copy`` calls that may change nothing, and torch-level clones.
-
-    Torch-level graphs (``torch.fx.symbolic_trace``) spell a clone as the
-    ``call_method`` ``clone`` or as a call of ``torch.clone`` or
-    ``Tensor.clone``; the analysis gives them the effects of ``aten.clone``.
-    (Whether a ``_to_copy`` really changes nothing is condition C1's job.)
-
-    Examples
-    --------
-    >>> import torch
-    >>> gm = torch.fx.symbolic_trace(lambda x: x.clone() + torch.clone(x))
-    >>> [n.name for n in gm.graph.nodes if is_clone_candidate(n)]
-    ['clone', 'clone_1']
-    """
-    if not node.args or not isinstance(node.args[0], torch.fx.Node):
-        return False
-    if node.op == "call_method":
-        return node.target == "clone" and len(node.args) == 1 and set(node.kwargs) <= {"memory_format"}
-    if node.op != "call_function":
-        return False
-    if node.target is torch.ops.aten.clone.default:
-        return len(node.args) == 1
-    if node.target is torch.ops.aten._to_copy.default:
-        return len(node.args) == 1 and set(node.kwargs) <= _TO_COPY_KWARGS
-    if node.target in _TORCH_CLONES:
-        return len(node.args) == 1 and set(node.kwargs) <= {"memory_format"}
-    return False
-
-
-def is_copy_candidate(node: torch.fx.Node) -> bool:
-    """True for ``aten.copy_(d, s)`` with two node arguments: a write-back condition C9 may drop.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from torch.fx.experimental.proxy_tensor import make_fx
-    >>> gm = make_fx(lambda x, y: x.copy_(y), tracing_mode="fake")(torch.randn(2), torch.randn(2))
-    >>> [n.name for n in gm.graph.nodes if is_copy_candidate(n)]
-    ['copy_']
-    """
-    return (
-        node.op == "call_function"
-        and node.target is torch.ops.aten.copy_.default
-        and len(node.args) == 2
-        and not node.kwargs
-        and all(isinstance(a, torch.fx.Node) for a in node.args)
-    )
-
-
-@dataclass
-class _Class:
-    """A set of storages merged by removals: their accesses in graph order."""
-
-    storages: set[str]
-    accesses: list[Access]
-    positions: list[int]
-    roles: set[Role]
-
-
-@dataclass
-class _State:
-    """The analysis as updated by the removals decided so far (C7)."""
-
-    analysis: AliasAnalysis
-    erase_dead: bool = True
-    refine: frozenset[str] = REFINEMENTS
-    #: dead readers (kept up to date as nodes leave the graph)
-    dead: set[torch.fx.Node] = field(default_factory=set)
-    liveness: Liveness | None = None
-    parent: dict[str, str] = field(default_factory=dict)
-    classes: dict[str, _Class] = field(default_factory=dict)
-    removed: set[torch.fx.Node] = field(default_factory=set)
-    replaced: dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)
-    #: storages merged with a change of layout (C1 refined): their regions describe nothing
-    relocated: set[str] = field(default_factory=set)
-    #: nodes erased with a dead clone (C10) -> that clone
-    erased: dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)
-    #: dead clones erased (C10) and the nodes erased with them: no longer in the graph. Every
-    #: user of a node here is here too (a group takes every user of its members, or is refused),
-    #: so a later group may skip them; :func:`_check_erasures` checks it on every plan.
-    gone: set[torch.fx.Node] = field(default_factory=set)
-    #: nodes whose results reach the output node through uses (C10 cannot erase them)
-    to_output: frozenset[torch.fx.Node] = frozenset()
-
-    def find(self, sid: str) -> str:
-        root = sid
-        while root in self.parent:
-            root = self.parent[root]
-        while sid != root:
-            nxt = self.parent[sid]
-            self.parent[sid] = root
-            sid = nxt
-        return root
-
-    def cls(self, sid: str) -> _Class:
-        root = self.find(sid)
-        c = self.classes.get(root)
-        if c is None:
-            accs = list(self.analysis.storage_accesses(root))
-            c = _Class({root}, accs, [a.position for a in accs], {self.analysis.storage_role(root)})
-            self.classes[root] = c
-        return c
-
-    def merge(self, small: str, big: str) -> None:
-        a, b = self.find(small), self.find(big)
-        if a == b:
-            return
-        ca, cb = self.cls(a), self.cls(b)
-        for acc in ca.accesses:
-            i = bisect.bisect_right(cb.positions, acc.position)
-            cb.positions.insert(i, acc.position)
-            cb.accesses.insert(i, acc)
-        cb.storages |= ca.storages
-        cb.roles |= ca.roles
-        self.parent[a] = b
-        del self.classes[a]
-
-    def resolve(self, node: torch.fx.Node) -> torch.fx.Node:
-        while node in self.replaced:
-            node = self.replaced[node]
-        return node
-
-    def root_of(self, node: torch.fx.Node) -> str | None:
-        """The storage class of ``node``'s single known storage (None when it has none)."""
-        sid = _single_storage(self.analysis, node)
-        return None if sid is None else self.find(sid)
-
-    def region(self, node: torch.fx.Node) -> Region | None:
-        """``node``'s region in its storage class (None: anywhere), after the removals so far (C7).
-
-        A value of a storage merged with a change of layout has none, except the
-        removed clone itself, which stands for its replacement.
-        """
-        sid = _single_storage(self.analysis, node)
-        if sid is not None and sid in self.relocated:
-            if node in self.replaced:
-                return self.region(self.replaced[node])
-            return None
-        return self.analysis.region_of(node)
-
-    def access_region(self, acc: Access) -> Region | None:
-        """The region an access touches (None: anywhere in its storage)."""
-        return None if acc.whole else self.region(acc.value)
-
-    def touches(self, region: Region | None, acc: Access) -> bool:
-        return _overlaps(region, self.access_region(acc))
-
-    def users(self, node: torch.fx.Node) -> list[torch.fx.Node]:
-        """The nodes that use ``node`` once the removals so far are applied (C7)."""
-        out: list[torch.fx.Node] = []
-        for user in node.users:
-            if user in self.gone:
-                continue
-            if user in self.removed:
-                if self.resolve(user) is self.resolve(node):  # a removed clone or copy of it: its users take it
-                    out.extend(self.users(user))
-                continue
-            out.append(user)
-        return out
-
-
-def _single_storage(analysis: AliasAnalysis, node: torch.fx.Node) -> str | None:
-    return analysis.single_storage(node)
-
-
-def _after(cls: _Class, position: int, removed: set[torch.fx.Node]) -> Iterable[Access]:
-    i = bisect.bisect_right(cls.positions, position)
-    for acc in cls.accesses[i:]:
-        if acc.node not in removed:
-            yield acc
+__all__ = [
+    "CONDITIONS",
+    "REFINEMENTS",
+    "Plan",
+    "PlanningState",
+    "check_refinements",
+    "decide",
+    "is_clone_candidate",
+    "is_copy_candidate",
+    "plan",
+    "plan_clone_elimination",
+]
 
 
 def _overlaps(x: Region | None, y: Region | None) -> bool:
@@ -441,8 +263,8 @@ class _Clone:
     clone: torch.fx.Node
     original: torch.fx.Node
     position: int
-    ccls: _Class
-    ocls: _Class
+    ccls: StorageClass
+    ocls: StorageClass
     c_reads: list[Access]
     c_writes: list[Access]
     relocated: bool = False
@@ -456,16 +278,17 @@ class _Clone:
         return {acc.node for acc in self.c_writes}
 
 
-def _decide_clone(state: _State, clone: torch.fx.Node, skip: frozenset[str]) -> Decision:
-    decision = _decide_replacement(state, clone, skip)
+def _decide_clone(state: PlanningState, clone: torch.fx.Node) -> tuple[Decision, tuple[torch.fx.Node, ...]]:
+    """C1-C8, then C10 for a clone that cannot be replaced: the decision and the nodes erased with it."""
+    decision = _decide_replacement(state, clone)
     if decision.action == "keep" and state.erase_dead and decision.reason is not Reason.INTERNAL_ERROR:
         erased = _decide_erase(state, clone, decision.original)
         if erased is not None:
             return erased
-    return decision
+    return decision, ()
 
 
-def _decide_replacement(state: _State, clone: torch.fx.Node, skip: frozenset[str]) -> Decision:
+def _decide_replacement(state: PlanningState, clone: torch.fx.Node) -> Decision:
     a = state.analysis
     name = clone.name
     original = state.resolve(clone.args[0])  # type: ignore[arg-type]
@@ -478,17 +301,17 @@ def _decide_replacement(state: _State, clone: torch.fx.Node, skip: frozenset[str
         return keep(Reason.UNKNOWN_STORAGE, *([] if fc else [clone]), *([] if fo else [original]))
     # C1 layout; refined: a change of strides or offset that no consumer observes.
     relocated = False
-    suspect = suspect_layout(a, clone, original) if "C1" not in skip else None
+    suspect = suspect_layout(a, clone, original) if "C1" not in state.unchecked else None
     if suspect is not None:  # recorded downstream of a fake kernel that lies about layouts
         return keep(Reason.LAYOUT, original, *([suspect] if suspect is not original else []))
-    if "C1" not in skip and not same_layout(fc, fo):
+    if "C1" not in state.unchecked and not same_layout(fc, fo):
         if not _layout_only_change(fc, fo) or "layout" not in state.refine:
             return keep(Reason.LAYOUT, original)
         observer = layout_observer(a, clone, fo, state.users, state.dead, state.resolve)
         if observer is not None:
             return keep(Reason.LAYOUT, original, *([observer] if observer is not clone else []))
         relocated = True
-    sc, so = _single_storage(a, clone), _single_storage(a, original)
+    sc, so = a.single_storage(clone), a.single_storage(original)
     ro = state.region(original)
     if sc is None or so is None or ro is None:
         return keep(Reason.UNKNOWN_STORAGE, clone if sc is None else original)
@@ -500,17 +323,17 @@ def _decide_replacement(state: _State, clone: torch.fx.Node, skip: frozenset[str
     # Accesses of the clone's memory after the clone (its storage is fresh: all of it is c).
     c_reads: list[Access] = []
     c_writes: list[Access] = []
-    for acc in _after(ccls, pos, state.removed):
+    for acc in state.after(ccls, pos):
         if a.is_unknown(acc.node):
             return keep(Reason.OPAQUE_USE, acc.node)
         (c_writes if acc.kind == "write" else c_reads).append(acc)
     info = _Clone(clone, original, pos, ccls, ocls, c_reads, c_writes, relocated)
     removable = Reason.LAYOUT_UNOBSERVED if relocated else Reason.REMOVABLE
 
-    blocked = _check_c2_to_c5(state, info, ro, skip, keep)
+    blocked = _check_c2_to_c5(state, info, ro, keep)
     if blocked is None:
         # C6: the clone is returned.
-        if "C6" not in skip:
+        if "C6" not in state.unchecked:
             aliasing = _check_c6(state, info, keep)
             if aliasing is not None:
                 return aliasing
@@ -524,10 +347,10 @@ def _decide_replacement(state: _State, clone: torch.fx.Node, skip: frozenset[str
     # C2-C5 refined: liveness, kills, value-preserving copies, element-exact same-node effects.
     if not state.refine - {"layout"}:
         return result
-    refined = _scan(state, info, ro, skip, keep)
+    refined = _scan(state, info, ro, keep)
     if isinstance(refined, Decision):
         return result
-    if "C6" not in skip:
+    if "C6" not in state.unchecked:
         aliasing = _check_c6(state, info, keep)
         if aliasing is not None:
             return aliasing
@@ -536,40 +359,40 @@ def _decide_replacement(state: _State, clone: torch.fx.Node, skip: frozenset[str
 
 
 def _check_c2_to_c5(
-    state: _State, info: _Clone, ro: Region, skip: frozenset[str], keep: Keep
+    state: PlanningState, info: _Clone, ro: Region, keep: Keep
 ) -> Decision | None:
     """The keep decision of the first of C4, C2, C3, C5 that fails (None when all hold)."""
     last_c_read = info.c_reads[-1] if info.c_reads else None
     first_c_write = info.c_writes[0] if info.c_writes else None
     c_read_nodes, c_write_nodes = info.c_read_nodes, info.c_write_nodes
     # Accesses of memory overlapping the original after the clone.
-    o_accs = [acc for acc in _after(info.ocls, info.position, state.removed) if state.touches(ro, acc)]
+    o_accs = [acc for acc in state.after(info.ocls, info.position) if state.touches(ro, acc)]
     # C4 same-node hazards, one reason for each direction.
-    if "C4" not in skip:
+    if "C4" not in state.unchecked:
         for acc in o_accs:
             if acc.kind == "read" and acc.node in c_write_nodes:
                 return keep(Reason.SAME_NODE_WRITES_CLONE_READS_ORIGINAL, acc.node)
             if acc.kind == "write" and acc.node in c_read_nodes:
                 return keep(Reason.SAME_NODE_WRITES_ORIGINAL_READS_CLONE, acc.node)
     # C2: a write of the original before a later read of the clone.
-    if "C2" not in skip and last_c_read is not None:
+    if "C2" not in state.unchecked and last_c_read is not None:
         for acc in o_accs:
             if acc.position >= last_c_read.position:
                 break
             if acc.kind == "write":
                 return keep(Reason.ORIGINAL_WRITTEN, acc.node, last_c_read.node)
     # C3: a write of the clone before a later read of the original.
-    if "C3" not in skip and first_c_write is not None:
+    if "C3" not in state.unchecked and first_c_write is not None:
         for acc in o_accs:
             if acc.kind == "read" and acc.position > first_c_write.position:
                 return keep(Reason.CLONE_WRITTEN_ORIGINAL_READ, first_c_write.node, acc.node)
     # C5: the clone is written and the original is memory the caller observes.
-    if "C5" not in skip and first_c_write is not None and info.ocls.roles & CALLER_VISIBLE:
+    if "C5" not in state.unchecked and first_c_write is not None and info.ocls.roles & CALLER_VISIBLE:
         return keep(Reason.WRITES_CALLER_MEMORY, first_c_write.node, info.original)
     return None
 
 
-def _check_c6(state: _State, info: _Clone, keep: Keep) -> Decision | None:
+def _check_c6(state: PlanningState, info: _Clone, keep: Keep) -> Decision | None:
     """C6: the keep decision when the clone is returned and removing it would alias outputs."""
     out = state.analysis.output_node
     if out is None or out not in info.c_read_nodes:
@@ -593,7 +416,7 @@ class _Step:
     o_writes: list[tuple[Region | None, torch.fx.Node]] = field(default_factory=list)
 
 
-def _steps(state: _State, info: _Clone, ro: Region) -> list[_Step]:
+def _steps(state: PlanningState, info: _Clone, ro: Region) -> list[_Step]:
     """The accesses of both sides after the clone, grouped by node, in graph order."""
 
     def c_region(acc: Access) -> Region | None:
@@ -617,7 +440,7 @@ def _steps(state: _State, info: _Clone, ro: Region) -> list[_Step]:
     for acc in info.c_reads + info.c_writes:
         s = step(acc)
         (s.c_writes if acc.kind == "write" else s.c_reads).append((c_region(acc), acc.value))
-    for acc in _after(info.ocls, info.position, state.removed):
+    for acc in state.after(info.ocls, info.position):
         if not state.touches(ro, acc):
             continue
         s = step(acc)
@@ -634,7 +457,7 @@ def _covers(written: Region | None, dirty: Region | None, whole: Region) -> bool
 
 
 def _scan(
-    state: _State, info: _Clone, ro: Region, skip: frozenset[str], keep: Keep
+    state: PlanningState, info: _Clone, ro: Region, keep: Keep
 ) -> Decision | list[torch.fx.Node]:
     """C2'-C5': the refined conditions, in one pass over both sides' accesses (module docstring).
 
@@ -669,7 +492,7 @@ def _scan(
         reads_c = [r for r, v in st.c_reads if v not in dest_only]
         reads_o = [r for r, v in st.o_reads if v not in dest_only]
         # C4': an op reading one side where it writes the other must be element-exact there.
-        if "C4" not in skip:
+        if "C4" not in state.unchecked:
             exact = "exact" in state.refine and is_elementwise(n)
             for w, _ in st.c_writes:
                 for r in reads_o:
@@ -691,11 +514,11 @@ def _scan(
             if reads_c or reads_o:
                 helped.append(n)
         else:
-            if "C2" not in skip:
+            if "C2" not in state.unchecked:
                 for r in reads_c:
                     if any(_overlaps(r, d) for d in o_dirty):
                         return keep(Reason.ORIGINAL_WRITTEN, *([last_o_writer] if last_o_writer else []), n)
-            if "C3" not in skip:
+            if "C3" not in state.unchecked:
                 for r in reads_o:
                     if any(_overlaps(r, d) for d in c_dirty):
                         writer = [first_c_writer] if first_c_writer else []
@@ -725,7 +548,7 @@ def _scan(
                 c_dirty = kept
             o_dirty = _bounded([*o_dirty, w])
     # C5': caller-visible memory ends holding its own side's value.
-    if "C5" not in skip:
+    if "C5" not in state.unchecked:
         if c_dirty and info.ocls.roles & CALLER_VISIBLE:
             return keep(Reason.WRITES_CALLER_MEMORY, *([first_c_writer] if first_c_writer else []), info.original)
         if o_dirty and info.ccls.roles & CALLER_VISIBLE:
@@ -739,7 +562,7 @@ def _bounded(regions: list[Region | None]) -> list[Region | None]:
 
 
 def _dead_writers(
-    state: _State, info: _Clone, steps: list[_Step], roots: tuple[str, str]
+    state: PlanningState, info: _Clone, steps: list[_Step], roots: tuple[str, str]
 ) -> set[torch.fx.Node]:
     """Writers of the pair whose writes no live node reads, once ``c`` and ``o`` are one memory.
 
@@ -779,7 +602,7 @@ def _dead_writers(
     return dead
 
 
-def _writes_only(state: _State, node: torch.fx.Node, roots: tuple[str, str]) -> bool:
+def _writes_only(state: PlanningState, node: torch.fx.Node, roots: tuple[str, str]) -> bool:
     """Whether ``node`` (not opaque) writes only memory of the storage classes ``roots``."""
     effect = state.analysis.effect_of(node)
     if effect is None or effect.unknown:
@@ -788,7 +611,7 @@ def _writes_only(state: _State, node: torch.fx.Node, roots: tuple[str, str]) -> 
 
 
 def _copy_between(
-    state: _State, info: _Clone, node: torch.fx.Node, ro: Region, side: Callable[[torch.fx.Node], str]
+    state: PlanningState, info: _Clone, node: torch.fx.Node, ro: Region, side: Callable[[torch.fx.Node], str]
 ) -> str | tuple[Region, str] | None:
     """``"self"`` for a ``copy_`` of a region onto itself (in one storage class, or between the
     clone and the original's identical regions); ``(region, side of the destination)`` for a copy
@@ -816,7 +639,7 @@ def _copy_between(
     return rd, sd
 
 
-def _find_copy_back(state: _State, info: _Clone, o_all: list[Access]) -> torch.fx.Node | None:
+def _find_copy_back(state: PlanningState, info: _Clone, o_all: list[Access]) -> torch.fx.Node | None:
     """C8a: the first write of the original's memory that copies from the clone's memory."""
     croot = state.find(next(iter(info.ccls.storages)))
     for acc in o_all:
@@ -828,13 +651,13 @@ def _find_copy_back(state: _State, info: _Clone, o_all: list[Access]) -> torch.f
     return None
 
 
-def _decide_fold(state: _State, info: _Clone, blocked: Decision, keep: Keep) -> Decision:
+def _decide_fold(state: PlanningState, info: _Clone, blocked: Decision, keep: Keep) -> Decision:
     """C8: fold ``c`` into ``o`` when the regions it writes allow, else keep (see the module docstring)."""
     a = state.analysis
     rc = state.region(info.clone)
     if rc is None:
         return blocked
-    o_all = list(_after(info.ocls, info.position, state.removed))
+    o_all = list(state.after(info.ocls, info.position))
     copy_back = _find_copy_back(state, info, o_all)
 
     def failed(decision: Decision) -> Decision:
@@ -992,7 +815,7 @@ def _arange_in_range(analysis: AliasAnalysis, index: torch.fx.Node, size: object
     values = range(padded[0], padded[1], padded[2])
     if values and not (-size <= min(values) and max(values) < size):
         return False
-    sid = _single_storage(analysis, index)
+    sid = analysis.single_storage(index)
     if sid is None:
         return False
     first, last = analysis.position(index), analysis.position(reader)
@@ -1002,19 +825,12 @@ def _arange_in_range(analysis: AliasAnalysis, index: torch.fx.Node, size: object
     )
 
 
-def _reaching_output(analysis: AliasAnalysis) -> frozenset[torch.fx.Node]:
-    """The output node and every node whose result it uses, directly or through other nodes."""
-    reach: set[torch.fx.Node] = set()
-    for node in reversed(analysis.nodes):
-        if node.op == "output" or any(u in reach for u in node.users):
-            reach.add(node)
-    return frozenset(reach)
-
-
-def _decide_erase(state: _State, clone: torch.fx.Node, original: str) -> Decision | None:
+def _decide_erase(
+    state: PlanningState, clone: torch.fx.Node, original: str
+) -> tuple[Decision, tuple[torch.fx.Node, ...]] | None:
     """C10: erase a clone nothing reads together with every node that uses it (None: it cannot go)."""
     a = state.analysis
-    sc = _single_storage(a, clone)
+    sc = a.single_storage(clone)
     if sc is None or a.facts_of(clone) is None:
         return None
     if clone in state.to_output:
@@ -1025,7 +841,7 @@ def _decide_erase(state: _State, clone: torch.fx.Node, original: str) -> Decisio
     stack = [clone]
     while stack:
         for user in stack.pop().users:
-            # Erased with another group already, and so are all its users (``_State.gone``).
+            # Erased with another group already, and so are all its users (``PlanningState.gone``).
             if user in group or user in state.gone:
                 continue
             # A removed copy of a member (replaced by it) is a member too: it is erased, not replaced.
@@ -1056,20 +872,21 @@ def _decide_erase(state: _State, clone: torch.fx.Node, original: str) -> Decisio
             writers.append(n)
     pos = a.position(clone)
     for sid in internal:
-        for acc in _after(state.cls(sid), pos, state.gone):
+        for acc in state.after(state.cls(sid), pos, state.gone):
             if acc.node not in group:
                 return None  # another node touches the group's memory
     if checks:  # dead, but a rewrite keeps every runtime check the original executes
         evidence = tuple(n.name for n in sorted(checks, key=a.position))
-        return Decision(clone.name, "keep", Reason.DEAD_CLONE_FEEDS_A_CHECK, evidence, original)
-    erased = tuple(n.name for n in sorted(group, key=a.position) if n is not clone)
-    return Decision(clone.name, "remove", Reason.DEAD_CLONE_ERASED, erased, original, erased)
+        return Decision(clone.name, "keep", Reason.DEAD_CLONE_FEEDS_A_CHECK, evidence, original), ()
+    erased = tuple(n for n in sorted(group, key=a.position) if n is not clone)
+    erased_names = tuple(n.name for n in erased)
+    return Decision(clone.name, "remove", Reason.DEAD_CLONE_ERASED, erased_names, original, erased_names), erased
 
 
 
 
 
-def _decide_copy(state: _State, copy: torch.fx.Node) -> Decision:
+def _decide_copy(state: PlanningState, copy: torch.fx.Node) -> Decision:
     """C9: remove ``copy_(d, s)`` when it provably writes a region with its own values."""
     a = state.analysis
     d, s = state.resolve(copy.args[0]), state.resolve(copy.args[1])  # type: ignore[arg-type]
@@ -1087,38 +904,13 @@ def _decide_copy(state: _State, copy: torch.fx.Node) -> Decision:
     return Decision(copy.name, "keep", Reason.NOT_A_SELF_COPY, (s.name,), d.name)
 
 
-def _erased_decision(state: _State, node: torch.fx.Node) -> Decision:
-    """The decision for a candidate erased with a dead clone's group (C10)."""
-    reason = Reason.COPY_ERASED_WITH_DEAD_CLONE if is_copy_candidate(node) else Reason.ERASED_WITH_DEAD_CLONE
-    arg = node.args[0]
-    original = arg.name if isinstance(arg, torch.fx.Node) else ""
-    return Decision(node.name, "remove", reason, (state.erased[node].name,), original)
-
-
-def check_refinements(refinements: Iterable[str] | None) -> frozenset[str]:
-    """The refinements named (all of :data:`REFINEMENTS` for None).
-
-    Raises
-    ------
-    aliasing.AliasingError
-        If one is unknown (or ``refinements`` is a single string).
-    """
-    if isinstance(refinements, str):
-        raise AliasingError(f"refinements must be a collection of names, not the string {refinements!r}")
-    refine = REFINEMENTS if refinements is None else frozenset(refinements)
-    if refine - REFINEMENTS:
-        raise AliasingError(f"unknown refinements: {sorted(refine - REFINEMENTS)}; known: {sorted(REFINEMENTS)}")
-    return refine
-
-
 def plan_clone_elimination(
     analysis: AliasAnalysis,
     candidates: Sequence[torch.fx.Node] | None = None,
     *,
-    skip: Iterable[str] = (),
     erase_dead: bool = True,
     refinements: Iterable[str] | None = None,
-) -> list[Decision]:
+) -> Plan:
     """Decide, for each copy candidate in graph order, whether it may be removed.
 
     Parameters
@@ -1129,9 +921,6 @@ def plan_clone_elimination(
         Clones (:func:`is_clone_candidate`, decided by C1-C8 and C10) and copies
         (:func:`is_copy_candidate`, decided by C9) to decide on; by default
         every clone candidate. A node that is neither is ignored.
-    skip : iterable of str
-        Conditions to *not* check ("C1".."C6"). Unsound: it exists to prove that
-        the test tools catch a broken pass. Leave empty.
     erase_dead : bool
         Allow C10: a clone nothing reads goes with its writers and the dead
         users of its values (the decision's ``erased``). False decides every
@@ -1144,8 +933,9 @@ def plan_clone_elimination(
 
     Returns
     -------
-    list of Decision
-        One per candidate, in graph order; "remove" decisions are mutually
+    Plan
+        A sequence of decisions, one per candidate, in graph order (with the
+        nodes they are about, for the applier); "remove" decisions are mutually
         compatible (C7) and are applied together by
         :func:`rewrite.editing.apply.apply_decisions` (a decision may rely on earlier
         ones: a self-copy on the fold that made it one).
@@ -1153,7 +943,7 @@ def plan_clone_elimination(
     Raises
     ------
     aliasing.AliasingError
-        If ``skip`` names an unknown condition, or ``refinements`` an unknown refinement.
+        If ``refinements`` names an unknown refinement.
 
     Examples
     --------
@@ -1188,128 +978,46 @@ def plan_clone_elimination(
     >>> [(d.node, str(d.reason), d.erased) for d in plan_clone_elimination(analyze(gm))]
     [('clone', 'dead-clone-erased-with-its-writers', ('add_',))]
     """
-    skip_set = frozenset(skip)
-    unknown = skip_set - CONDITIONS
-    if unknown:
-        raise AliasingError(f"unknown conditions to skip: {sorted(unknown)}")
-    if candidates is None:
-        candidates = [n for n in analysis.nodes if is_clone_candidate(n)]
-    refine = check_refinements(refinements)
-    liveness = Liveness(analysis) if "liveness" in refine else None
-    state = _State(
-        analysis,
-        erase_dead=erase_dead,
-        refine=refine,
-        dead=liveness.readers() if liveness is not None else set(),
-        liveness=liveness,
-    )
-    if erase_dead:
-        state.to_output = _reaching_output(analysis)
-    order = sorted(
-        (n for n in candidates if is_clone_candidate(n) or is_copy_candidate(n)), key=analysis.position
-    )
-    decisions: dict[torch.fx.Node, Decision] = {}
-    by_name: dict[str, torch.fx.Node] | None = None
+    state = PlanningState(analysis, erase_dead=erase_dead, refine=check_refinements(refinements))
+    return plan(state, candidates)
+
+
+def plan(state: PlanningState, candidates: Iterable[torch.fx.Node] | None = None) -> Plan:
+    """Decide every candidate against ``state``, recording each decision in it, to a fixed point (C7).
+
+    The named steps: order the candidates (:meth:`PlanningState.candidates`),
+    decide each (:func:`decide`) and record it (:meth:`PlanningState.record`),
+    then decide again the kept candidates whose storage classes a removal
+    changed (:func:`_kept_depending_on`), until a pass removes nothing; the
+    plan is then checked (:meth:`PlanningState.plan`).
+    """
+    order = state.candidates(candidates)
     pending = order
     while pending:
-        # C7: each pass decides the copies still kept against the graph as the removals
-        # so far leave it. A removal can unblock a copy decided earlier (a later clone
-        # was the read that kept it), so passes repeat until nothing changes: the plan
-        # is a fixed point, and running the pass again removes nothing. A removal only
-        # changes the accesses of the storage classes it merges into or leaves, so only
-        # kept copies whose classes were touched are decided again.
         touched: list[str] = []
         for node in pending:
-            if node in state.erased:
-                decisions[node] = _erased_decision(state, node)
-                continue
-            if is_clone_candidate(node):
-                d = _decide_clone(state, node, skip_set)
-            else:
-                d = _decide_copy(state, node)
-            decisions[node] = d
-            if d.action != "remove":
-                continue
-            state.removed.add(node)
-            if d.reason is Reason.DEAD_CLONE_ERASED:
-                if by_name is None:
-                    by_name = {n.name: n for n in analysis.nodes}
-                group = [by_name[name] for name in d.erased]
-                state.gone.add(node)
-                state.gone.update(group)
-                for n in group:
-                    state.erased[n] = node
-                    state.removed.add(n)
-                    state.replaced.pop(n, None)  # a removed copy of a member is erased with it
-                touched.extend(_classes_read(state, [node, *group]))
-                touched.extend(_classes_read(state, _died(state, [node, *group])))
-                continue
-            replacement = state.resolve(node.args[0])  # type: ignore[arg-type]
-            state.replaced[node] = replacement
-            if is_clone_candidate(node):
-                sc, so = _single_storage(analysis, node), _single_storage(analysis, replacement)
-                if sc is not None and so is not None:
-                    if d.reason is Reason.LAYOUT_UNOBSERVED:
-                        state.relocated.add(sc)
-                    state.merge(sc, so)
-                    touched.append(so)
-                touched.extend(_classes_read(state, _died(state, [node])))
-            else:
-                touched.extend(_classes_of(state, node))
-                touched.extend(_classes_read(state, _died(state, [node])))
-        dirty = {state.find(s) for s in touched}
-        # Every kept copy whose classes were touched, not only those decided in this pass: a
-        # copy kept in an earlier pass may depend on what this one changed.
-        pending = [
-            c
-            for c in order
-            if c not in state.erased and decisions[c].action == "keep" and _classes_of(state, c) & dirty
-        ]
-    for node in state.erased:
-        if node in decisions:
-            decisions[node] = _erased_decision(state, node)
-    _check_erasures(state)
-    return [decisions[c] for c in order]
+            decision, erased = decide(state, node)
+            touched.extend(state.record(node, decision, erased))
+        pending = _kept_depending_on(state, order, touched)
+    return state.plan(order)
 
 
-def _check_erasures(state: _State) -> None:
-    """The plan's C10 invariant: every user of an erased node is erased too (none stays, none is
-    replaced). Raises :class:`~rewrite.errors.RewriteError` naming the nodes (an internal error:
-    the default mode of :func:`rewrite.eliminate_clones` then keeps every clone)."""
-    for node in state.gone:
-        stays = [u for u in node.users if u not in state.gone]
-        if stays:
-            how = ", ".join(f"{u.name} ({'replaced' if u in state.replaced else 'which stays'})" for u in stays)
-            raise RewriteError(f"internal error: the plan erases {node.name} but {how} still uses it")
+def decide(state: PlanningState, node: torch.fx.Node) -> tuple[Decision, tuple[torch.fx.Node, ...]]:
+    """One candidate's decision against the state as it is (and the nodes a C10 removal erases)."""
+    if node in state.erased:
+        return state.erased_decision(node), ()
+    if is_clone_candidate(node):
+        return _decide_clone(state, node)
+    return _decide_copy(state, node), ()
 
 
-def _died(state: _State, gone: list[torch.fx.Node]) -> list[torch.fx.Node]:
-    """The nodes that die once ``gone`` left the graph (C7): their reads stop counting."""
-    if state.liveness is None:
-        return []
-    died = state.liveness.forget(gone, state.users)
-    state.dead |= {n for n in died if n not in state.liveness.relevant}
-    return died
-
-
-def _classes_read(state: _State, nodes: Iterable[torch.fx.Node]) -> list[str]:
-    """Roots of the storage classes ``nodes`` read (a C10 group erased: those classes lose accesses)."""
-    roots: list[str] = []
-    for n in nodes:
-        effect = state.analysis.effect_of(n)
-        for v in effect.reads if effect is not None else ():
-            root = state.root_of(state.resolve(v))
-            if root is not None:
-                roots.append(root)
-    return roots
-
-
-def _classes_of(state: _State, node: torch.fx.Node) -> set[str]:
-    """Roots of the storage classes a decision depends on (a clone's and its original's, a copy's two sides)."""
-    roots: set[str] = set()
-    for arg in (node, *node.args[:2]) if is_copy_candidate(node) else (node, node.args[0]):
-        if isinstance(arg, torch.fx.Node):
-            root = state.root_of(state.resolve(arg))
-            if root is not None:
-                roots.add(root)
-    return roots
+def _kept_depending_on(state: PlanningState, order: Sequence[torch.fx.Node], touched: list[str]) -> list[torch.fx.Node]:
+    """C7: the kept candidates whose storage classes the last pass changed (decided in any pass:
+    a copy kept earlier may depend on what this pass changed); a removal only changes the
+    accesses of the classes it merges into or leaves."""
+    dirty = {state.find(s) for s in touched}
+    return [
+        c
+        for c in order
+        if c not in state.erased and state.decided[c].action == "keep" and state.classes_of(c) & dirty
+    ]

@@ -63,10 +63,12 @@ import torch.fx
 from aliasing import analyze
 from aliasing.core.facts import same_layout, tensor_facts
 from aliasing.errors import AliasingError
-from rewrite.editing.apply import apply_decisions
+from rewrite.editing.apply import apply_plan
 from rewrite.errors import RewriteError
+from rewrite.planning.candidates import is_clone_candidate
 from rewrite.planning.decisions import CloneEliminationReport
-from rewrite.planning.planner import CONDITIONS, is_clone_candidate, plan_clone_elimination
+from rewrite.planning.planner import plan
+from rewrite.planning.state import CONDITIONS, PlanningState
 
 __all__ = [
     "BROKEN_CONDITIONS",
@@ -113,17 +115,11 @@ def eliminate_clones_skipping(
     >>> eliminate_clones_skipping(gm, ["C6"]).removed  # the output now aliases the input
     ('clone',)
     """
-    skip_set = frozenset(skip)
-    unknown = skip_set - CONDITIONS
-    if unknown:
-        raise AliasingError(f"unknown conditions to skip: {sorted(unknown)}; known: {sorted(CONDITIONS)}")
-    candidates = [n for n in gm.graph.nodes if is_clone_candidate(n)]
-    decisions = plan_clone_elimination(
-        analyze(gm, donated_inputs=tuple(donated_inputs)), candidates, skip=skip_set
-    )
-    if apply_decisions(gm.graph, decisions):
+    analysis = analyze(gm, donated_inputs=tuple(donated_inputs))
+    planned = plan(PlanningState(analysis, unchecked=frozenset(skip)))  # raises on an unknown condition
+    if apply_plan(gm.graph, planned):
         gm.recompile()
-    return CloneEliminationReport(tuple(decisions))
+    return CloneEliminationReport(tuple(planned))
 
 
 def skipping(*conditions: str, donated_inputs: Iterable[int] = ()) -> Callable[[torch.fx.GraphModule], None]:

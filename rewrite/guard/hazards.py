@@ -1,0 +1,259 @@
+"""The hazard classes (:class:`Hazard`, H1-H9 of :mod:`rewrite.guard`), where stock Inductor has them, and the guard's reports.
+
+:data:`STOCK_MISCOMPILES` and :func:`hazards_on` say which classes the guard
+looks for on a torch release; :class:`Guarded` and :class:`GuardReport` are
+what every guard stage returns (:func:`protected_nodes`: its copies in a
+graph); :class:`InductorModel` and :class:`OutputRoles` are what
+:mod:`rewrite.inductor` tells the guard about Inductor and about the caller.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Literal
+
+import torch.fx
+
+__all__ = [
+    "ALL_HAZARDS",
+    "KNOWN_RELEASES",
+    "STOCK_MISCOMPILES",
+    "Action",
+    "GuardReport",
+    "Guarded",
+    "Hazard",
+    "InductorModel",
+    "OutputRoles",
+    "hazards_on",
+    "protected_nodes",
+]
+
+
+class Hazard(str, enum.Enum):
+    """A way Inductor's later passes would break eager semantics (H1-H9 of :mod:`rewrite.guard`)."""
+
+    STALE_INPUT_READ = "stale-input-read"
+    OVERWRITTEN_RESULT = "in-placed-result-overwritten"
+    ESCAPING_RESULT = "in-placed-result-returned"
+    WRITE_BACK_READS_ELSEWHERE = "write-back-reads-in-placed-result-elsewhere"
+    OVERLAPPING_SOURCE = "scatter-source-overlaps-destination"
+    DTYPE_VIEW_READ_LATE = "dtype-view-read-before-base-write"
+    OFFSET_CLONE_DROPPED = "offset-changing-clone-dropped"
+    OUTPUTS_COLLAPSED = "distinct-outputs-returned-as-one-object"
+    STORAGE_VIEW_OF_COPY = "as-strided-over-a-materialised-view"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def code(self) -> str:
+        """``H1``..``H9``."""
+        return _CODE[self]
+
+    @property
+    def description(self) -> str:
+        """One line: what goes wrong without the guard."""
+        return _DESCRIPTION[self]
+
+
+_CODE = {h: f"H{i + 1}" for i, h in enumerate(Hazard)}
+
+
+_DESCRIPTION = {
+    Hazard.STALE_INPUT_READ: "a write-back reads an input after that input's own write-back "
+    "(a copy remove_noop_ops dropped); Inductor would copy the new value",
+    Hazard.OVERWRITTEN_RESULT: "Inductor writes the op into a graph input whose write-back then "
+    "overwrites the result, which is still used",
+    Hazard.ESCAPING_RESULT: "Inductor writes the op into a graph input and returns that input as the result",
+    Hazard.WRITE_BACK_READS_ELSEWHERE: "the input is written by the in-placed op and again by its write-back, "
+    "which reads the op's result at other positions in the same loop",
+    Hazard.OVERLAPPING_SOURCE: "the in-placed scatter copies a source that overlaps the region it writes",
+    Hazard.DTYPE_VIEW_READ_LATE: "readers of an aliasing dtype view are not ordered before a later write of its base",
+    Hazard.OFFSET_CLONE_DROPPED: "remove_noop_ops drops a clone that changes the storage offset an opaque op may observe",
+    Hazard.OUTPUTS_COLLAPSED: "Inductor returns one tensor object for outputs eager returns as distinct views "
+    "of one storage (a later resize_ or other metadata change of one changes the other)",
+    Hazard.STORAGE_VIEW_OF_COPY: "Inductor materialises the view an as_strided is taken of into a buffer of its own "
+    "and applies the storage-relative as_strided to that buffer (reads past its end)",
+}
+
+
+#: The torch releases (``major.minor``) whose stock Inductor miscompiles programs of each hazard
+#: class. Proven, not assumed: on every release CI runs, tests/test_inductor_guard.py compiles the
+#: class's programs without the guard and fails when a class marked fixed there has a wrong result,
+#: or a class marked broken has none. On a release where a class is fixed the guard does not look for it.
+STOCK_MISCOMPILES: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        "H1": frozenset({"2.13", "2.14"}),
+        "H2": frozenset({"2.13", "2.14", "2.15"}),
+        "H3": frozenset({"2.13", "2.14", "2.15"}),
+        "H4": frozenset({"2.13", "2.14"}),
+        "H5": frozenset({"2.13", "2.14"}),
+        "H6": frozenset({"2.13", "2.14", "2.15"}),
+        "H7": frozenset({"2.13", "2.14", "2.15"}),
+        "H8": frozenset({"2.13", "2.14", "2.15"}),
+        "H9": frozenset({"2.13", "2.14", "2.15"}),
+    }
+)
+
+
+#: The releases :data:`STOCK_MISCOMPILES` describes; on any other the guard looks for every class.
+KNOWN_RELEASES = frozenset({"2.13", "2.14", "2.15"})
+
+
+ALL_HAZARDS = frozenset(STOCK_MISCOMPILES)
+
+
+def hazards_on(release: str) -> frozenset[str]:
+    """The hazard codes to guard on a torch release (``"2.15"``): all of them on a release not in the table.
+
+    Examples
+    --------
+    >>> sorted(hazards_on("2.15"))
+    ['H2', 'H3', 'H6', 'H7', 'H8', 'H9']
+    >>> hazards_on("9.99") == ALL_HAZARDS
+    True
+    """
+    if release not in KNOWN_RELEASES:
+        return ALL_HAZARDS
+    return frozenset(code for code, releases in STOCK_MISCOMPILES.items() if release in releases)
+
+
+Action = Literal["reorder", "clone", "view", "rebase"]
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """One hazard the guard removed.
+
+    ``node`` is where: the node whose inputs were protected (the reader, the
+    scatter, the write-back, the output). ``action`` is ``"reorder"``
+    (``created`` names the nodes moved, no copy), ``"clone"`` (``created``
+    names the copies), ``"view"`` (H8: ``created`` names the distinct view
+    returned instead) or ``"rebase"`` (H9: the op now views the storage
+    root; ``created`` names any helper views). ``nbytes`` is what the copies
+    allocate (0 without a copy, None when the size is symbolic).
+    ``evidence`` names the nodes that make the hazard.
+    """
+
+    hazard: Hazard
+    node: str
+    action: Action
+    created: tuple[str, ...]
+    nbytes: int | None
+    evidence: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One line for logs and reports."""
+        cost = "symbolic size" if self.nbytes is None else f"{self.nbytes} B"
+        what = {"reorder": "moved", "clone": "cloned", "view": "returned", "rebase": "rebased onto"}[self.action]
+        ev = f" (evidence: {', '.join(self.evidence)})" if self.evidence else ""
+        return f"{self.hazard.code} {self.hazard}: {self.action} at {self.node}, {what} {', '.join(self.created)}; {cost}{ev}"
+
+
+@dataclass(frozen=True)
+class GuardReport:
+    """What one guard stage did: the hazards it removed, in order, and any failure."""
+
+    guarded: tuple[Guarded, ...] = ()
+    error: str | None = None
+
+    @property
+    def clones(self) -> tuple[str, ...]:
+        """Names of the copies the guard created (the clone elimination must keep them)."""
+        return tuple(c for g in self.guarded if g.action == "clone" for c in g.created)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the guard's copies allocate (symbolic sizes not counted)."""
+        return sum(g.nbytes or 0 for g in self.guarded)
+
+    @property
+    def hazards(self) -> tuple[str, ...]:
+        """The hazard codes guarded, in order (repeats kept)."""
+        return tuple(g.hazard.code for g in self.guarded)
+
+    def merged(self, other: GuardReport) -> GuardReport:
+        """This report followed by ``other``."""
+        errors = [e for e in (self.error, other.error) if e]
+        return GuardReport(self.guarded + other.guarded, "; ".join(errors) or None)
+
+    def summary(self) -> str:
+        """One line: how many hazards, which, and the bytes copied."""
+        if not self.guarded:
+            text = "fx-aliasing guard: no hazard"
+        else:
+            codes = ", ".join(f"{g.hazard.code} {g.action} at {g.node}" for g in self.guarded)
+            symbolic = any(g.nbytes is None for g in self.guarded)
+            text = (
+                f"fx-aliasing guard: {len(self.guarded)} hazard(s) guarded ({codes}); "
+                f"{len(self.clones)} copy(ies), {self.nbytes} B{' + symbolic sizes' if symbolic else ''}"
+            )
+        if self.error:
+            text += f"; error: {self.error}"
+        return text
+
+    def __str__(self) -> str:
+        return "\n".join([self.summary(), *(f"  {g.describe()}" for g in self.guarded)])
+
+
+@dataclass(frozen=True)
+class InductorModel:
+    """What the guard assumes about Inductor's passes after the post-grad hook.
+
+    ``realizing_targets``: ops whose inputs Inductor always realizes
+    (``torch._inductor.lowering.needs_realized_inputs``); ``fallback_targets``:
+    ops lowered as extern (fallback) kernels (``torch._inductor.lowering.fallbacks``);
+    both feed the scatter condition R3 of :func:`predict_reinplacing`.
+    ``kernel_targets``: ops lowered by Inductor's kernel templates
+    (``torch._inductor.kernel``: matmuls, convolutions), which like the other
+    two read their inputs in a kernel of their own (H4's path ends there).
+    :mod:`rewrite.inductor` fills them from the installed Inductor; the empty
+    default treats every ATen op as fusible. ``hazards``: the hazard codes the
+    installed Inductor still gets wrong (:func:`hazards_on` its release; every
+    class by default); the guard looks for no other.
+    """
+
+    realizing_targets: frozenset[Any] = frozenset()
+    fallback_targets: frozenset[Any] = frozenset()
+    kernel_targets: frozenset[Any] = frozenset()
+    hazards: frozenset[str] = ALL_HAZARDS
+
+    def realizes_inputs(self, target: Any) -> bool:
+        """True when ``target`` (an op overload or packet) always realizes its inputs."""
+        return target in self.realizing_targets or getattr(target, "overloadpacket", None) in self.realizing_targets
+
+    def is_fallback(self, target: Any) -> bool:
+        """True when ``target`` is lowered as an extern (fallback) kernel."""
+        return target in self.fallback_targets
+
+    def is_separate_kernel(self, target: Any) -> bool:
+        """True when ``target`` reads its inputs in a kernel of its own (extern, template or realizing)."""
+        return self.is_fallback(target) or self.realizes_inputs(target) or target in self.kernel_targets
+
+
+@dataclass(frozen=True)
+class OutputRoles:
+    """What the caller receives for each output of the graph (positions in the output node's flat list).
+
+    ``returned``: user outputs the caller receives as they are (the same
+    tensor object). ``regenerated``: user outputs the runtime replaces by a
+    view it regenerates from an input or from another output (AOTAutograd's
+    aliased outputs: a view of an input in eager is one in the compiled
+    program too, whatever the graph returns there). Positions in neither (an
+    input mutation's new value, an intermediate base, what the backward
+    saves) are internal. :mod:`rewrite.inductor` reads them from
+    AOTAutograd's metadata; every guard takes None, the default, as "every
+    output is returned as it is".
+    """
+
+    returned: frozenset[int]
+    regenerated: frozenset[int]
+
+
+def protected_nodes(graph: torch.fx.Graph, report: GuardReport) -> Collection[torch.fx.Node]:
+    """The nodes of ``graph`` that are the guard's copies in ``report``."""
+    names = set(report.clones)
+    return [n for n in graph.nodes if n.name in names]

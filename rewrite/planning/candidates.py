@@ -1,0 +1,63 @@
+"""Which nodes are copy candidates: the clones C1-C8 and C10 decide, the ``copy_`` write-backs C9 decides."""
+
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+__all__ = ["is_clone_candidate", "is_copy_candidate"]
+
+_TO_COPY_KWARGS = frozenset({"dtype", "layout", "device", "memory_format", "non_blocking"})
+
+#: Torch-level spellings of a clone (``torch.fx.symbolic_trace`` graphs).
+_TORCH_CLONES = (torch.clone, torch.Tensor.clone)
+
+
+def is_clone_candidate(node: torch.fx.Node) -> bool:
+    """True for ``aten.clone``, ``aten._to_copy`` calls that may change nothing, and torch-level clones.
+
+    Torch-level graphs (``torch.fx.symbolic_trace``) spell a clone as the
+    ``call_method`` ``clone`` or as a call of ``torch.clone`` or
+    ``Tensor.clone``; the analysis gives them the effects of ``aten.clone``.
+    (Whether a ``_to_copy`` really changes nothing is condition C1's job.)
+
+    Examples
+    --------
+    >>> import torch
+    >>> gm = torch.fx.symbolic_trace(lambda x: x.clone() + torch.clone(x))
+    >>> [n.name for n in gm.graph.nodes if is_clone_candidate(n)]
+    ['clone', 'clone_1']
+    """
+    if not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    if node.op == "call_method":
+        return node.target == "clone" and len(node.args) == 1 and set(node.kwargs) <= {"memory_format"}
+    if node.op != "call_function":
+        return False
+    if node.target is torch.ops.aten.clone.default:
+        return len(node.args) == 1
+    if node.target is torch.ops.aten._to_copy.default:
+        return len(node.args) == 1 and set(node.kwargs) <= _TO_COPY_KWARGS
+    if node.target in _TORCH_CLONES:
+        return len(node.args) == 1 and set(node.kwargs) <= {"memory_format"}
+    return False
+
+
+def is_copy_candidate(node: torch.fx.Node) -> bool:
+    """True for ``aten.copy_(d, s)`` with two node arguments: a write-back condition C9 may drop.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> gm = make_fx(lambda x, y: x.copy_(y), tracing_mode="fake")(torch.randn(2), torch.randn(2))
+    >>> [n.name for n in gm.graph.nodes if is_copy_candidate(n)]
+    ['copy_']
+    """
+    return (
+        node.op == "call_function"
+        and node.target is torch.ops.aten.copy_.default
+        and len(node.args) == 2
+        and not node.kwargs
+        and all(isinstance(a, torch.fx.Node) for a in node.args)
+    )
