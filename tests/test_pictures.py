@@ -199,7 +199,9 @@ def test_timeline_marks_clone_decisions(demo: tuple) -> None:
     _, analysis, report = demo
     t = storage_timeline(analysis, decisions=report)
     marks = {c.clone: c for c in t.clones}
-    assert set(marks) == {"clone", "clone_1", "clone_2", "clone_3", "clone_4"}
+    # every copy decided is marked: the five clones and the KV cache's write-back (a real copy, kept)
+    assert set(marks) == {"clone", "clone_1", "clone_2", "clone_3", "clone_4", "copy_"}
+    assert marks["copy_"].action == "keep"
     assert marks["clone"].action == "keep" and marks["clone"].reason == "C3 clone-written-then-original-read"
     assert marks["clone"].storages == ("s9",) and marks["clone"].original_storages == ("s0",)
     assert marks["clone_3"].action == "remove" and marks["clone_3"].evidence == ()
@@ -501,7 +503,7 @@ def test_labels_never_overlap_and_everything_is_inside_the_figure(demo: tuple, c
         assert sum((t.get_gid() or "").startswith("label-") for t in ax.texts) >= 1, name
     # every clone annotation is drawn
     assert {t.get_gid() for t in figures["demo"].axes[0].texts if (t.get_gid() or "").startswith("clone-")} == {
-        f"clone-{c}" for c in ("clone", "clone_1", "clone_2", "clone_3", "clone_4")
+        f"clone-{c}" for c in ("clone", "clone_1", "clone_2", "clone_3", "clone_4", "copy_")
     }
 
 

@@ -74,7 +74,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import networkx as nx
 import torch.fx
 
-from aliasing.core.effects import SINGLE
+from aliasing.core.effects import SINGLE, Effect
 from aliasing.errors import RenderingError, UnknownNodeError
 
 if TYPE_CHECKING:
@@ -120,75 +120,107 @@ def build_storage_graph(analysis: AliasAnalysis) -> nx.MultiDiGraph[str]:
     >>> sorted(k for _, _, k in g.edges(keys=True) if k == "writes")
     ['writes']
     """
-    g: nx.MultiDiGraph[str] = nx.MultiDiGraph()
-    nodes: list[tuple[str, dict[str, object]]] = []
-    edges: list[tuple[str, str, str, dict[str, object]]] = []
+    parts = _GraphParts()
     for sid in analysis.storages:
         info = analysis.storage_info(sid)
-        nodes.append((f"storage:{sid}", {"kind": "storage", "id": sid, "role": info.role.value, "origin": info.origin}))
+        parts.nodes.append((f"storage:{sid}", {"kind": "storage", "id": sid, "role": info.role.value, "origin": info.origin}))
     for node in analysis.nodes:
-        pos = analysis.position(node)
-        storages = analysis.storage_of(node)
-        if storages:
-            facts = analysis.facts_of(node)
-            region = analysis.region_of(node)
-            nodes.append(
-                (
-                    _value_id(node),
-                    {
-                        "kind": "value",
-                        "name": node.name,
-                        "role": analysis.role(node).value,
-                        "dtype": str(facts.dtype).replace("torch.", "") if facts else "",
-                        "sizes": str(list(facts.sizes)) if facts else "",
-                        "strides": str(list(facts.strides)) if facts else "",
-                        "offset": str(facts.storage_offset) if facts else "",
-                        "region": region.describe() if region is not None else "",
-                        "position": pos,
-                    },
-                )
+        _add_value(parts, analysis, node)
+        _add_op(parts, analysis, node)
+    return parts.graph()
+
+
+@dataclass
+class _GraphParts:
+    """The storage graph's nodes and edges, collected in program order before the graph is built."""
+
+    nodes: list[tuple[str, dict[str, object]]] = field(default_factory=list)
+    edges: list[tuple[str, str, str, dict[str, object]]] = field(default_factory=list)
+
+    def edge(self, tail: str, head: str, kind: str, **attrs: object) -> None:
+        """An edge of ``kind`` (also its key), with ``attrs`` after the kind."""
+        self.edges.append((tail, head, kind, {"kind": kind, **attrs}))
+
+    def graph(self) -> nx.MultiDiGraph[str]:
+        """The graph: every node, and the edges whose two ends are nodes."""
+        g: nx.MultiDiGraph[str] = nx.MultiDiGraph()
+        g.add_nodes_from(self.nodes)
+        for tail, head, key, attrs in self.edges:
+            if g.has_node(tail) and g.has_node(head):
+                g.add_edge(tail, head, key=key, **attrs)
+        return g
+
+
+def _value_attrs(analysis: AliasAnalysis, node: torch.fx.Node) -> dict[str, object]:
+    """The attributes of a ``value:`` node (module docstring)."""
+    facts = analysis.facts_of(node)
+    region = analysis.region_of(node)
+    return {
+        "kind": "value",
+        "name": node.name,
+        "role": analysis.role(node).value,
+        "dtype": str(facts.dtype).replace("torch.", "") if facts else "",
+        "sizes": str(list(facts.sizes)) if facts else "",
+        "strides": str(list(facts.strides)) if facts else "",
+        "offset": str(facts.storage_offset) if facts else "",
+        "region": region.describe() if region is not None else "",
+        "position": analysis.position(node),
+    }
+
+
+def _add_value(parts: _GraphParts, analysis: AliasAnalysis, node: torch.fx.Node) -> None:
+    """The node's value, if it lives in a storage, and a ``lives_in`` edge to each of its storages."""
+    storages = analysis.storage_of(node)
+    if not storages:
+        return
+    parts.nodes.append((_value_id(node), _value_attrs(analysis, node)))
+    for sid in sorted(storages):
+        if sid == "unknown":  # not among analysis.storages; repeats merge when the graph is built
+            parts.nodes.append(("storage:unknown", {"kind": "storage", "id": "unknown", "role": "unknown", "origin": ""}))
+        parts.edge(_value_id(node), f"storage:{sid}", "lives_in")
+
+
+def _add_op(parts: _GraphParts, analysis: AliasAnalysis, node: torch.fx.Node) -> None:
+    """The node's op (a call or the output) and its edges; for a getitem, the edge from the op it unpacks."""
+    effect = analysis.effect_of(node)
+    getitem = effect is not None and effect.note == "getitem"
+    if node.op in ("call_function", "call_method", "call_module", "output") and not getitem:
+        parts.nodes.append(
+            (
+                _op_id(node),
+                {
+                    "kind": "op",
+                    "name": node.name,
+                    "target": _target_text(node),
+                    "position": analysis.position(node),
+                    "unknown": int(analysis.is_unknown(node)),
+                },
             )
-            for sid in sorted(storages):
-                if sid == "unknown" and not g.has_node("storage:unknown"):
-                    nodes.append(("storage:unknown", {"kind": "storage", "id": "unknown", "role": "unknown", "origin": ""}))
-                edges.append((_value_id(node), f"storage:{sid}", "lives_in", {"kind": "lives_in"}))
-        effect = analysis.effect_of(node)
-        if node.op in ("call_function", "call_method", "call_module", "output") and (effect is None or effect.note != "getitem"):
-            nodes.append(
-                (
-                    _op_id(node),
-                    {
-                        "kind": "op",
-                        "name": node.name,
-                        "target": _target_text(node),
-                        "position": pos,
-                        "unknown": int(analysis.is_unknown(node)),
-                    },
-                )
-            )
-            if storages:
-                edges.append((_op_id(node), _value_id(node), "defines", {"kind": "defines"}))
-            if effect is not None:
-                for kind, values in (("reads", effect.reads), ("writes", effect.writes)):
-                    for v in values:
-                        if analysis.storage_of(v):
-                            edges.append((_op_id(node), _value_id(v), kind, {"kind": kind, "position": pos}))
-                aliased = {a for srcs in effect.outputs.values() for a in srcs}
-                for v in aliased:
-                    edges.append((_op_id(node), _value_id(v), "returns_alias", {"kind": "returns_alias"}))
-                    if SINGLE in effect.outputs and storages:
-                        edges.append((_value_id(node), _value_id(v), "view_of", {"kind": "view_of"}))
-            elif node.op == "output":
-                for v in analysis.outputs:
-                    edges.append((_op_id(node), _value_id(v), "reads", {"kind": "reads", "position": pos}))
-        elif effect is not None and effect.note == "getitem" and node.args and isinstance(node.args[0], torch.fx.Node):
-            src = node.args[0]
-            edges.append((_op_id(src), _value_id(node), "defines", {"kind": "defines"}))
-    g.add_nodes_from(nodes)
-    for tail, head, key, attrs in edges:
-        if g.has_node(tail) and g.has_node(head):
-            g.add_edge(tail, head, key=key, **attrs)
-    return g
+        )
+        _add_op_edges(parts, analysis, node, effect)
+    elif getitem and node.args and isinstance(node.args[0], torch.fx.Node):
+        parts.edge(_op_id(node.args[0]), _value_id(node), "defines")
+
+
+def _add_op_edges(parts: _GraphParts, analysis: AliasAnalysis, node: torch.fx.Node, effect: Effect | None) -> None:
+    """An op's ``defines``, ``reads``, ``writes``, ``returns_alias`` and ``view_of`` edges."""
+    pos = analysis.position(node)
+    storages = analysis.storage_of(node)
+    if storages:
+        parts.edge(_op_id(node), _value_id(node), "defines")
+    if effect is not None:
+        for kind, values in (("reads", effect.reads), ("writes", effect.writes)):
+            for v in values:
+                if analysis.storage_of(v):
+                    parts.edge(_op_id(node), _value_id(v), kind, position=pos)
+        aliased = {a for srcs in effect.outputs.values() for a in srcs}
+        for v in aliased:
+            parts.edge(_op_id(node), _value_id(v), "returns_alias")
+            if SINGLE in effect.outputs and storages:
+                parts.edge(_value_id(node), _value_id(v), "view_of")
+    elif node.op == "output":
+        for v in analysis.outputs:
+            parts.edge(_op_id(node), _value_id(v), "reads", position=pos)
 
 
 # --- decisions, as the pictures read them -------------------------------------
@@ -589,25 +621,45 @@ def to_dot(
     unfiltered = nodes is None and storages is None and around is None and window is None
     hint = ""
     if unfiltered and max_nodes is not None and len(items) > max_nodes:
-        ops = sorted(i.position for i in items.values() if i.op is not None)
-        start = min(ops[0] if ops else 0, max(i.position for i in items.values()) - max_nodes + 1)
-        window = (start, start + max_nodes - 1)
+        window = _first_window(items, max_nodes)
         hint = f"positions {window[0]}-{window[1]}: pass nodes=, storages=, around= or window= to choose"
     chosen = _select(g, items, nodes, storages, around, depth, window)
     by_clone = {d.node: d for d in decisions_of(decisions)}
     if chosen is not None and around is not None:
-        # A clone drawn around something comes with what its decision names: the evidence of a
-        # keep (the write, the later read) may be further than ``depth`` edges away.
-        for clone in [c for c in by_clone if c in chosen]:
-            decision = by_clone[clone]
-            chosen |= {str(e) for e in (*decision.evidence, decision.original) if str(e) in items}
+        chosen |= _decision_context(chosen, by_clone, items)
     shown = set(items) if chosen is None else chosen
-    storage_attrs = {str(a["id"]): a for _, a in g.nodes(data=True) if a.get("kind") == "storage"}
-    ordered = sorted((items[n] for n in shown), key=lambda i: i.position)
-
     heading = [title] if title else []
     if chosen is not None:
         heading.append(f"{len(shown)} of {len(items)} nodes shown" + (f" ({hint})" if hint else ""))
+    lines = _preamble(heading)
+    lines.extend(_box_lines(g, items, shown, by_clone))
+    lines.extend(_edge_lines(g, items, shown, by_clone))
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _first_window(items: dict[str, _Item], max_nodes: int) -> tuple[int, int]:
+    """``max_nodes`` positions from the first op (or fewer from the first, so as to end at the last node)."""
+    ops = sorted(i.position for i in items.values() if i.op is not None)
+    start = min(ops[0] if ops else 0, max(i.position for i in items.values()) - max_nodes + 1)
+    return start, start + max_nodes - 1
+
+
+def _decision_context(chosen: set[str], by_clone: dict[str, DecisionLike], items: dict[str, _Item]) -> set[str]:
+    """The original and the evidence of each chosen clone's decision.
+
+    A clone drawn around something comes with what its decision names: the evidence of a
+    keep (the write, the later read) may be further than ``depth`` edges away.
+    """
+    named: set[str] = set()
+    for clone in [c for c in by_clone if c in chosen]:
+        decision = by_clone[clone]
+        named |= {str(e) for e in (*decision.evidence, decision.original) if str(e) in items}
+    return named
+
+
+def _preamble(heading: list[str]) -> list[str]:
+    """The ``digraph`` line, the default attributes and the picture's label (``heading``, one per line)."""
     lines = [
         "digraph storage_graph {",
         "  rankdir=TB; newrank=true; nodesep=0.2; ranksep=0.25;",
@@ -617,7 +669,11 @@ def to_dot(
     ]
     if heading:
         lines.append(f"  label={_q(chr(10).join(heading))};")
+    return lines
 
+
+def _clusters(ordered: list[_Item]) -> tuple[dict[str, list[_Item]], list[_Item]]:
+    """The items framed by storage (storages of several items) and those drawn loose, in program order."""
     clusters: dict[str, list[_Item]] = {}
     loose: list[_Item] = []
     for item in ordered:
@@ -628,13 +684,29 @@ def to_dot(
     for sid in [s for s, members in clusters.items() if len(members) == 1]:
         loose.extend(clusters.pop(sid))  # a frame around one box says nothing its label does not
     loose.sort(key=lambda i: i.position)
+    return clusters, loose
 
-    def node_line(item: _Item, indent: str) -> str:
-        decision = by_clone.get(item.name)
-        label = _label(item, decision, alone=not indent.startswith("    "))
-        return f"{indent}{_q(item.name)} [label={_q(label)}, {_node_style(item, decision)}];"
 
-    for sid in sorted(clusters, key=lambda s: (s == "unknown", int(s[1:]) if s[1:].isdigit() else 0)):
+def _storage_order(sid: str) -> tuple[bool, int]:
+    """``s2`` before ``s10``, ``unknown`` last."""
+    return sid == "unknown", int(sid[1:]) if sid[1:].isdigit() else 0
+
+
+def _node_line(item: _Item, indent: str, decision: DecisionLike | None) -> str:
+    """The DOT line of one box (a box inside a frame, ``indent`` deeper, does not name its storage)."""
+    label = _label(item, decision, alone=not indent.startswith("    "))
+    return f"{indent}{_q(item.name)} [label={_q(label)}, {_node_style(item, decision)}];"
+
+
+def _box_lines(
+    g: nx.MultiDiGraph[str], items: dict[str, _Item], shown: set[str], by_clone: dict[str, DecisionLike]
+) -> list[str]:
+    """The boxes of the shown items: the storage frames with theirs, then the loose ones."""
+    storage_attrs = {str(a["id"]): a for _, a in g.nodes(data=True) if a.get("kind") == "storage"}
+    ordered = sorted((items[n] for n in shown), key=lambda i: i.position)
+    clusters, loose = _clusters(ordered)
+    lines: list[str] = []
+    for sid in sorted(clusters, key=_storage_order):
         info = storage_attrs.get(sid, {})
         role = str(info.get("role", ""))
         origin = str(info.get("origin", ""))
@@ -642,37 +714,52 @@ def to_dot(
         label = f"{sid} · {role.replace('_', ' ')}" + (f" · from {origin}" if origin else "")
         lines.append(f"  subgraph {_q('cluster_' + sid)} {{")
         lines.append(f'    label={_q(label)}; style="rounded,filled"; color="#9a9a9a"; fillcolor="{frame}";')
-        lines.extend(node_line(item, "    ") for item in clusters[sid])
+        lines.extend(_node_line(item, "    ", by_clone.get(item.name)) for item in clusters[sid])
         lines.append("  }")
-    lines.extend(node_line(item, "  ") for item in loose)
+    lines.extend(_node_line(item, "  ", by_clone.get(item.name)) for item in loose)
+    return lines
 
-    drawn: set[tuple[str, str]] = set()
 
-    def name_of(nid: str) -> str:
-        return str(g.nodes[nid].get("name", ""))
+@dataclass
+class _EdgePairs:
+    """The drawn edges between shown items, as (tail, head) name pairs in the picture's direction."""
 
-    edges: list[str] = []
-    reads: set[tuple[str, str]] = set()
-    writes: set[tuple[str, str]] = set()
-    views: set[tuple[str, str]] = set()
+    reads: set[tuple[str, str]] = field(default_factory=set)  #: value -> op
+    writes: set[tuple[str, str]] = field(default_factory=set)  #: op -> value
+    views: set[tuple[str, str]] = field(default_factory=set)  #: base -> view (and argument -> aliasing op)
+
+
+def _edge_pairs(g: nx.MultiDiGraph[str], shown: set[str]) -> _EdgePairs:
+    """The storage graph's edges between two different shown items, turned the way they are drawn."""
+    pairs = _EdgePairs()
     for tail, head, key in g.edges(keys=True):
-        a, b = name_of(tail), name_of(head)
+        a, b = str(g.nodes[tail].get("name", "")), str(g.nodes[head].get("name", ""))
         if a not in shown or b not in shown or a == b:
             continue
         if key == "reads":
-            reads.add((b, a))  # value -> op
+            pairs.reads.add((b, a))  # value -> op
         elif key == "writes":
-            writes.add((a, b))  # op -> value
+            pairs.writes.add((a, b))  # op -> value
         elif key == "view_of":
-            views.add((b, a))  # base -> view
+            pairs.views.add((b, a))  # base -> view
         elif key == "defines":
-            views.add((a, b))  # multi-output op -> getitem
+            pairs.views.add((a, b))  # multi-output op -> getitem
         elif key == "returns_alias":
-            views.add((b, a))  # argument -> op whose result aliases it
-    for value, op in sorted(reads):
+            pairs.views.add((b, a))  # argument -> op whose result aliases it
+    return pairs
+
+
+def _edge_lines(
+    g: nx.MultiDiGraph[str], items: dict[str, _Item], shown: set[str], by_clone: dict[str, DecisionLike]
+) -> list[str]:
+    """Every edge line: reads, writes, views, the invisible program order, the evidence of keeps."""
+    pairs = _edge_pairs(g, shown)
+    drawn: set[tuple[str, str]] = set()  # (tail, head) pairs with an edge already
+    edges: list[str] = []
+    for value, op in sorted(pairs.reads):
         edges.append(f'  {_q(value)} -> {_q(op)} [color="{READ_COLOUR}"];')
         drawn.add((value, op))
-    for op, value in sorted(writes):
+    for op, value in sorted(pairs.writes):
         edges.append(
             f'  {_q(op)} -> {_q(value)} [color="{WRITE_COLOUR}", penwidth=2.2, label="writes", '
             f'fontcolor="{WRITE_COLOUR}", constraint=false];'
@@ -680,7 +767,7 @@ def to_dot(
         if (value, op) not in drawn:  # keep the writer below what it writes
             edges.append(f"  {_q(value)} -> {_q(op)} [style=invis];")
         drawn.add((op, value))
-    for base, view in sorted(views):
+    for base, view in sorted(pairs.views):
         if (base, view) in drawn:
             continue
         same_storage = bool(set(items[base].storages) & set(items[view].storages))
@@ -690,6 +777,13 @@ def to_dot(
     for earlier, later in sorted(_memory_order(g, items, shown)):
         if (earlier, later) not in drawn and items[earlier].position < items[later].position:
             edges.append(f"  {_q(earlier)} -> {_q(later)} [style=invis];")
+    edges.extend(_evidence_lines(by_clone, shown))
+    return edges
+
+
+def _evidence_lines(by_clone: dict[str, DecisionLike], shown: set[str]) -> list[str]:
+    """Dotted arrows from each shown kept clone to the shown evidence of its keep."""
+    edges: list[str] = []
     for clone, decision in sorted(by_clone.items()):
         if decision.action != "keep" or clone not in shown:
             continue
@@ -699,9 +793,7 @@ def to_dot(
                     f'  {_q(clone)} -> {_q(evidence)} [style=dotted, color="{EVIDENCE_COLOUR}", penwidth=1.5, '
                     f'constraint=false, label="evidence", fontcolor="{EVIDENCE_COLOUR}"];'
                 )
-    lines.extend(edges)
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+    return edges
 
 
 def graphviz_available() -> bool:

@@ -64,7 +64,7 @@ import operator
 import sys
 import textwrap
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -88,7 +88,10 @@ from aliasing.pictures.storage_graph import (
 )
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from matplotlib.text import Annotation, Text
+    from matplotlib.transforms import Bbox
 
     from aliasing.core.analysis import AliasAnalysis
 
@@ -441,23 +444,13 @@ def storage_timeline(
     >>> lane.nbytes, [(s.value, s.envelope) for s in lane.spans]
     (16, [('x_1', (0, 16)), ('slice_1', (4, 16)), ('add_', (4, 16))])
     """
-    for name, value in (("max_storages", max_storages), ("max_positions", max_positions)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    _check_limits(max_storages=max_storages, max_positions=max_positions)
     nodes = analysis.nodes
     last = len(nodes) - 1
     by_clone = {d.node: d for d in decisions_of(decisions)}
     every = _all_storages(analysis)
     centres = _refs(analysis, around)
-    chosen: list[str] = []
-    if storages is not None:
-        wanted = [storages] if isinstance(storages, str) else list(storages)  # type: ignore[call-overload]
-        for sid in wanted:
-            if sid not in every:
-                raise UnknownNodeError(f"no storage {sid!r} in this analysis")
-        chosen = list(wanted)
-    if centres:
-        chosen += _touched(analysis, centres, by_clone)
+    chosen = _chosen_storages(analysis, storages, centres, by_clone, every)
     explicit = storages is not None or bool(centres)
     chosen_set = set(chosen) if explicit else set(every)
     lanes = [_lane(analysis, sid) for sid in every if sid in chosen_set]
@@ -468,54 +461,18 @@ def storage_timeline(
     if window is not None:
         first, stop = _window(window, last)
     else:
-        if centres:
-            first, stop = _centred_window(analysis, centres, lanes, by_clone, last)
-        else:
-            points = [p for lane in lanes for sp in lane.spans for p in (sp.start, sp.stop)]
-            points += [m.position for lane in lanes for m in lane.accesses]
-            first, stop = (min(points), max(points)) if points else (0, last)
-        if stop - first + 1 > max_positions:
-            if not centres:  # start where the program starts computing, not among its inputs
-                ops = (analysis.position(n) for n in nodes if n.op not in ("placeholder", "get_attr"))
-                first = max(first, min(next(ops, first) - 2, last - max_positions + 1))
-            stop = first + max_positions - 1
-            notes.append(f"positions {first}-{stop} of {last + 1} shown: pass window=(first, last) or around=")
+        first, stop = _default_window(analysis, centres, lanes, by_clone, max_positions, notes)
     written = {lane.storage for lane in lanes if any(m.kind == "write" for m in lane.accesses)}
     in_window = [c for c in clones if first <= c.position <= stop]
     decided = {s for c in in_window for s in (*c.storages, *c.original_storages)}
-    lanes = [_clip(lane, first, stop) for lane in lanes]
-    idle: tuple[str, ...] = ()
-    if explicit:
-        lanes = [lane for lane in lanes if lane.spans or lane.accesses]
-    else:
-        idle = tuple(lane.storage for lane in lanes if not _active(lane, first, stop, decided))
-        lanes = [lane for lane in lanes if lane.storage not in idle]
-        if idle:
-            notes.append(f"{len(idle)} storages with nothing happening in positions {first}-{stop} not shown")
+    lanes, idle = _lanes_in_window(lanes, first, stop, explicit, decided, notes)
     if group_parameters and storages is None:
-        grouped = [
-            lane for lane in lanes
-            if lane.role in _GROUPED_ROLES and lane.storage not in written and lane.storage not in decided
-            and lane.accesses
-        ]
-        if len(grouped) >= 2:
-            band = _band(grouped)
-            at = lanes.index(grouped[0])
-            lanes = [lane for lane in lanes if lane not in grouped]
-            lanes.insert(at, band)
-            notes.append(
-                f"{_band_count_text(band)} the program never writes drawn as one band "
-                f"(group_parameters=False draws one lane each)"
-            )
+        lanes = _group_read_only(lanes, written | decided, notes)
     hidden: tuple[str, ...] = ()
     if not explicit and len(lanes) > max_storages:
-        kept = _rank(lanes, clones, max_storages)
-        hidden = tuple(s for lane in lanes if lane.storage not in kept for s in (lane.members or (lane.storage,)))
-        lanes = [lane for lane in lanes if lane.storage in kept]
-        notes.append(f"{len(hidden)} more storages active here not shown: pass storages= or around=")
+        lanes, hidden = _cap_lanes(lanes, clones, max_storages, notes)
     if symbolic:
         notes.append("symbolic sizes drawn at their trace-time hints")
-    names = tuple(n.name for n in nodes[first : stop + 1])
     shown = {s for lane in lanes for s in (lane.storage, *lane.members)}
     title = (
         f"storage timeline: {len(shown - {GROUP})} of {len(every)} storages, "
@@ -524,7 +481,7 @@ def storage_timeline(
     return Timeline(
         tuple(lanes),
         (first, stop),
-        names,
+        tuple(n.name for n in nodes[first : stop + 1]),
         tuple(c for c in in_window if set(c.storages) & shown),
         len(every),
         hidden,
@@ -533,6 +490,113 @@ def storage_timeline(
         tuple(notes),
         idle,
     )
+
+
+def _check_limits(**limits: int) -> None:
+    """ValueError unless each limit is a positive int (a bool is not)."""
+    for name, value in limits.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _chosen_storages(
+    analysis: AliasAnalysis,
+    storages: object,
+    centres: list[torch.fx.Node],
+    by_clone: dict[str, DecisionLike],
+    every: list[str],
+) -> list[str]:
+    """The storages asked for: ``storages=`` (checked against ``every``), then those the centres touch."""
+    chosen: list[str] = []
+    if storages is not None:
+        wanted = [storages] if isinstance(storages, str) else list(storages)  # type: ignore[call-overload]
+        for sid in wanted:
+            if sid not in every:
+                raise UnknownNodeError(f"no storage {sid!r} in this analysis")
+        chosen = list(wanted)
+    if centres:
+        chosen += _touched(analysis, centres, by_clone)
+    return chosen
+
+
+def _default_window(
+    analysis: AliasAnalysis,
+    centres: list[torch.fx.Node],
+    lanes: list[Lane],
+    by_clone: dict[str, DecisionLike],
+    max_positions: int,
+    notes: list[str],
+) -> tuple[int, int]:
+    """The window drawn without ``window=``: around the centres, or where the lanes are active.
+
+    At most ``max_positions`` positions; when that cuts, a note (appended to ``notes``) says so.
+    """
+    nodes = analysis.nodes
+    last = len(nodes) - 1
+    if centres:
+        first, stop = _centred_window(analysis, centres, lanes, by_clone, last)
+    else:
+        points = [p for lane in lanes for sp in lane.spans for p in (sp.start, sp.stop)]
+        points += [m.position for lane in lanes for m in lane.accesses]
+        first, stop = (min(points), max(points)) if points else (0, last)
+    if stop - first + 1 > max_positions:
+        if not centres:  # start where the program starts computing, not among its inputs
+            ops = (analysis.position(n) for n in nodes if n.op not in ("placeholder", "get_attr"))
+            first = max(first, min(next(ops, first) - 2, last - max_positions + 1))
+        stop = first + max_positions - 1
+        notes.append(f"positions {first}-{stop} of {last + 1} shown: pass window=(first, last) or around=")
+    return first, stop
+
+
+def _lanes_in_window(
+    lanes: list[Lane], first: int, stop: int, explicit: bool, decided: set[str], notes: list[str]
+) -> tuple[list[Lane], tuple[str, ...]]:
+    """The lanes clipped to the window, less those with nothing in it, and the idle storages left out.
+
+    Lanes asked for (``explicit``) stay while something of theirs is in the window; the others
+    only while something happens in it (:func:`_active`), a note (appended to ``notes``) saying
+    how many were left out.
+    """
+    lanes = [_clip(lane, first, stop) for lane in lanes]
+    if explicit:
+        return [lane for lane in lanes if lane.spans or lane.accesses], ()
+    idle = tuple(lane.storage for lane in lanes if not _active(lane, first, stop, decided))
+    if idle:
+        notes.append(f"{len(idle)} storages with nothing happening in positions {first}-{stop} not shown")
+    return [lane for lane in lanes if lane.storage not in idle], idle
+
+
+def _group_read_only(lanes: list[Lane], involved: set[str], notes: list[str]) -> list[Lane]:
+    """The lanes with the read parameters, buffers and constants not ``involved`` as one band (:func:`_band`).
+
+    Only when there are at least two of them (the band replaces them where the first was;
+    a note, appended to ``notes``, says so). ``involved``: storages written or in a clone decision.
+    """
+    grouped = [
+        lane for lane in lanes
+        if lane.role in _GROUPED_ROLES and lane.storage not in involved and lane.accesses
+    ]
+    if len(grouped) < 2:
+        return lanes
+    band = _band(grouped)
+    at = lanes.index(grouped[0])
+    lanes = [lane for lane in lanes if lane not in grouped]
+    lanes.insert(at, band)
+    notes.append(
+        f"{_band_count_text(band)} the program never writes drawn as one band "
+        f"(group_parameters=False draws one lane each)"
+    )
+    return lanes
+
+
+def _cap_lanes(
+    lanes: list[Lane], clones: list[CloneMark], max_storages: int, notes: list[str]
+) -> tuple[list[Lane], tuple[str, ...]]:
+    """The ``max_storages`` most telling lanes (:func:`_rank`) and the storages left out (a note says how many)."""
+    kept = _rank(lanes, clones, max_storages)
+    hidden = tuple(s for lane in lanes if lane.storage not in kept for s in (lane.members or (lane.storage,)))
+    notes.append(f"{len(hidden)} more storages active here not shown: pass storages= or around=")
+    return [lane for lane in lanes if lane.storage in kept], hidden
 
 
 def _active(lane: Lane, first: int, stop: int, decided: set[str]) -> bool:
@@ -818,10 +882,6 @@ def plot_timeline(
     figure_class = _import_matplotlib()
     _show_in_notebooks(figure_class)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch, Rectangle
-    from matplotlib.text import Text
-    from matplotlib.transforms import Bbox
 
     if isinstance(source, Timeline):
         timeline = source
@@ -837,30 +897,71 @@ def plot_timeline(
             group_parameters=group_parameters,
         )
     first, stop = timeline.window
-    npos = stop - first + 1
     heights = [_lane_height(lane) for lane in timeline.lanes]
     axes_h = sum(heights) + _LANE_GAP * len(heights) + 0.2
-    axes_w = max(6.0, min(44.0, npos * _INCH_PER_POSITION))
+    axes_w = max(6.0, min(44.0, (stop - first + 1) * _INCH_PER_POSITION))
     fig = figure_class(figsize=(axes_w + 4.0, axes_h + 3.0), dpi=100)
-    canvas: Any = FigureCanvasAgg(fig)  # a renderer to measure text with; savefig picks its own backend
+    sheet = _Sheet(fig, FigureCanvasAgg(fig))  # a renderer to measure text with; savefig picks its own backend
+    frame = _frame(sheet, timeline, heights, axes_w, axes_h)
+    ax = _header_and_axes(sheet, timeline, frame, title)
+    plot = _Plot(timeline, ax, _lane_bases(timeline, heights, axes_h), frame.x0, frame.x1)
+    labels = _draw_lanes(plot)
+    # labels: clone annotations first, then value labels, each where it overlaps no other label
+    placer = _Placer(sheet.canvas.get_renderer(), 0.04 * fig.dpi)
+    _annotate_clones(plot, placer)
+    _place_value_labels(plot, placer, labels)
+    _decorate_axes(plot, frame)
+    return fig
 
-    def size_of(artist: Any) -> tuple[float, float]:
-        box = artist.get_window_extent(canvas.get_renderer())
-        return box.width / fig.dpi, box.height / fig.dpi
 
-    def measure(text: str, **props: Any) -> tuple[float, float]:
-        probe = fig.text(0, 0, text, **props)
-        found = size_of(probe)
+@dataclass
+class _Sheet:
+    """The figure being drawn and the canvas that measures text on it."""
+
+    fig: Figure
+    canvas: Any
+
+    def size_of(self, artist: Any) -> tuple[float, float]:
+        """Width and height of a drawn artist, in inches."""
+        box = artist.get_window_extent(self.canvas.get_renderer())
+        return box.width / self.fig.dpi, box.height / self.fig.dpi
+
+    def measure(self, text: str, **props: Any) -> tuple[float, float]:
+        """Width and height, in inches, of ``text`` drawn with ``props`` (drawn, measured, removed)."""
+        probe = self.fig.text(0, 0, text, **props)
+        found = self.size_of(probe)
         probe.remove()
         return found
 
-    # the margins, measured: lane labels on the left, sizes on the right, positions below
+
+@dataclass(frozen=True)
+class _Frame:
+    """The figure's layout in inches: the lanes' axes and the margins measured around them."""
+
+    heights: list[float]  #: of each lane
+    axes_w: float
+    axes_h: float
+    left_in: float  #: lane labels
+    right_in: float  #: lane sizes
+    bottom_in: float  #: positions and the axis label
+    fig_w: float
+    x0: float  #: the axes' x range
+    x1: float
+    ticks: list[int]
+    tick_labels: list[str]
+    lane_labels: list[str]
+    xlabel: str
+
+
+def _frame(sheet: _Sheet, timeline: Timeline, heights: list[float], axes_w: float, axes_h: float) -> _Frame:
+    """The margins, measured: lane labels on the left, sizes on the right, positions below."""
+    measure = sheet.measure
+    first, stop = timeline.window
     lane_labels = [_lane_label(lane) for lane in timeline.lanes]
     label_w = max((measure(text, fontsize=8)[0] for text in lane_labels), default=1.0)
     left_in = max(1.2, label_w + 0.25)
     size_w = max((measure(_size_text(lane.nbytes), fontsize=6.5)[0] for lane in timeline.lanes), default=0.3)
     right_in = max(0.5, 0.25 + size_w)
-    fig_w = left_in + axes_w + right_in
     x0, x1 = first - 0.6, stop + 0.6
     inch_per_position = axes_w / (x1 - x0)
     step = max(1, math.ceil(0.14 / inch_per_position))  # a tick label needs about 0.14 inch
@@ -870,26 +971,42 @@ def plot_timeline(
     xlabel = "program order: #position node · in each lane, the byte offset goes up from 0 to the storage's size"
     xlabel = _wrap(xlabel, lambda t: measure(t, fontsize=8)[0] <= axes_w)
     bottom_in = tick_h + 0.12 + measure(xlabel, fontsize=8)[1] + 0.2
+    return _Frame(
+        heights, axes_w, axes_h, left_in, right_in, bottom_in, left_in + axes_w + right_in,
+        x0, x1, ticks, tick_labels, lane_labels, xlabel,
+    )
 
-    # the header: title, notes and legend wrapped to the figure's width
-    room = fig_w - 2 * _MARGIN
+
+def _legend_columns(sheet: _Sheet, handles: list[Any], room: float) -> tuple[int, float]:
+    """Columns of the widest legend that fits in ``room`` inches (one column at least), and its height."""
+    ncol, legend_h = len(handles), 0.0
+    while ncol >= 1:
+        probe_legend = sheet.fig.legend(handles=handles, loc="upper left", ncol=ncol, fontsize=7.5, frameon=False)
+        width, legend_h = sheet.size_of(probe_legend)
+        probe_legend.remove()
+        if width <= room or ncol == 1:
+            break
+        ncol = max(1, min(ncol - 1, math.ceil(len(handles) / (math.ceil(len(handles) / ncol) + 1)) or 1))
+    return ncol, legend_h
+
+
+def _header_and_axes(sheet: _Sheet, timeline: Timeline, frame: _Frame, title: str | None) -> Axes:
+    """The header (title, notes and legend wrapped to the figure's width), the figure's size, the axes."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    fig, measure = sheet.fig, sheet.measure
+    room = frame.fig_w - 2 * _MARGIN
     head = _wrap(title or timeline.title, lambda t: measure(t, fontsize=10, fontweight="bold")[0] <= room)
     notes = "; ".join(timeline.notes)
     if notes:
         notes = _wrap(notes, lambda t: measure(t, fontsize=7.5)[0] <= room)
     handles = _legend_handles(timeline, Line2D, Patch)
-    ncol, legend_h = len(handles), 0.0
-    while ncol >= 1:
-        probe_legend = fig.legend(handles=handles, loc="upper left", ncol=ncol, fontsize=7.5, frameon=False)
-        width, legend_h = size_of(probe_legend)
-        probe_legend.remove()
-        if width <= room or ncol == 1:
-            break
-        ncol = max(1, min(ncol - 1, math.ceil(len(handles) / (math.ceil(len(handles) / ncol) + 1)) or 1))
+    ncol, legend_h = _legend_columns(sheet, handles, room)
     head_h = measure(head, fontsize=10, fontweight="bold")[1]
     notes_h = measure(notes, fontsize=7.5)[1] if notes else 0.0
     top_in = _MARGIN + head_h + 0.08 + (notes_h + 0.06 if notes else 0.0) + legend_h + 0.12
-    fig_h = top_in + axes_h + bottom_in
+    fig_w, fig_h = frame.fig_w, top_in + frame.axes_h + frame.bottom_in
     fig.set_size_inches(fig_w, fig_h)
     y = fig_h - _MARGIN
     fig.text(_MARGIN / fig_w, y / fig_h, head, fontsize=10, fontweight="bold", va="top", ha="left")
@@ -899,199 +1016,300 @@ def plot_timeline(
         y -= notes_h + 0.06
     fig.legend(handles=handles, loc="upper left", ncol=ncol, fontsize=7.5, frameon=False,
                bbox_to_anchor=(_MARGIN / fig_w, y / fig_h), borderaxespad=0.0)
-    ax = fig.add_axes((left_in / fig_w, bottom_in / fig_h, axes_w / fig_w, axes_h / fig_h))
-    ax.set_xlim(x0, x1)
-    ax.set_ylim(0, axes_h)
+    ax = fig.add_axes((frame.left_in / fig_w, frame.bottom_in / fig_h, frame.axes_w / fig_w, frame.axes_h / fig_h))
+    ax.set_xlim(frame.x0, frame.x1)
+    ax.set_ylim(0, frame.axes_h)
+    return ax
 
-    # lanes from the top: y in inches, counted downwards
+
+def _lane_bases(timeline: Timeline, heights: list[float], axes_h: float) -> dict[str, tuple[float, float]]:
+    """Bottom and height of each lane, in inches from the axes' bottom (lanes drawn from the top)."""
     bases: dict[str, tuple[float, float]] = {}
     y = axes_h - 0.1
     for lane, height in zip(timeline.lanes, heights):
         y -= height
         bases[lane.storage] = (y, height)
         y -= _LANE_GAP
+    return bases
 
-    def to_y(sid: str, byte: float, nbytes: int | None) -> float:
-        base, height = bases[sid]
+
+@dataclass
+class _Plot:
+    """What the drawing steps share: the timeline, its axes, where each lane is and the x range."""
+
+    timeline: Timeline
+    ax: Axes
+    bases: dict[str, tuple[float, float]]  #: bottom and height of each lane (:func:`_lane_bases`)
+    x0: float
+    x1: float
+
+    def to_y(self, sid: str, byte: float, nbytes: int | None) -> float:
+        """The height of a byte offset in a storage's lane (its middle when the size is unknown)."""
+        base, height = self.bases[sid]
         if not nbytes:
             return base + height / 2
         return base + 0.06 * height + 0.88 * height * (byte / nbytes)
 
-    def extent(lane: Lane, pieces: Iterable[ByteRange]) -> list[tuple[float, float]]:
+    def extent(self, lane: Lane, pieces: Iterable[ByteRange]) -> list[tuple[float, float]]:
         """Drawn y ranges of byte ranges of a lane (at least a hairline high)."""
         ys = []
         for lo, hi in pieces:
-            ya, yb = to_y(lane.storage, lo, lane.nbytes), to_y(lane.storage, hi, lane.nbytes)
+            ya, yb = self.to_y(lane.storage, lo, lane.nbytes), self.to_y(lane.storage, hi, lane.nbytes)
             ys.append((ya, max(yb, ya + 0.012)))
         return ys
 
+
+#: A value label to place once the clone annotations are: its lane, its span, and the span's x range.
+_PendingLabel = tuple[Lane, ValueSpan, float, float]
+
+
+def _draw_lanes(plot: _Plot) -> list[_PendingLabel]:
+    """Each lane's frame, values, accesses and size marks; returns the value labels to place."""
+    from matplotlib.patches import Rectangle
+
+    ax, x0, x1 = plot.ax, plot.x0, plot.x1
     colours: dict[str, str] = {}
-    decisions_by_clone = {c.clone: c for c in timeline.clones}
-    labels: list[tuple[Lane, ValueSpan, float, float]] = []  # placed after the clone annotations
-    for lane in timeline.lanes:
-        base, height = bases[lane.storage]
+    decisions_by_clone = {c.clone: c for c in plot.timeline.clones}
+    labels: list[_PendingLabel] = []
+    for lane in plot.timeline.lanes:
+        base, height = plot.bases[lane.storage]
         frame = ROLE_COLOURS.get(lane.role, ("", "#f7f7f7"))[1]
         ax.add_patch(Rectangle((x0, base), x1 - x0, height, facecolor=frame, edgecolor="#c8c8c8", lw=0.6, zorder=0,
                                gid=f"lane-{lane.storage}"))
         for span in lane.spans:
             colour = colours.setdefault(span.value, _PALETTE[len(colours) % len(_PALETTE)])
             clone = decisions_by_clone.get(span.value)
-            edge = "#555555"
-            hatch = None
-            if clone is not None:
-                colour = REMOVED_FILL if clone.action == "remove" else KEPT_FILL
-                edge = "#2e7d32" if clone.action == "remove" else "#b35900"
-                hatch = "///" if clone.action == "remove" else None
-            xa, xb = max(span.start, first) - 0.4, min(span.stop, stop) + 0.4
-            if span.envelope is None:
-                ax.add_patch(
-                    Rectangle((xa, base + 0.04 * height), xb - xa, 0.92 * height, facecolor="none",
-                              edgecolor="#777777", hatch="xx", lw=0.6, zorder=1, gid=f"value-{lane.storage}-{span.value}-0")
-                )
-            else:
-                pieces = span.runs if span.runs else (span.envelope,)
-                for i, (ya, yb) in enumerate(extent(lane, pieces)):
-                    ax.add_patch(
-                        Rectangle((xa, ya), xb - xa, yb - ya, facecolor=colour, alpha=0.85,
-                                  edgecolor=edge, lw=0.6, hatch=hatch if hatch else (None if span.runs else ".."),
-                                  zorder=2, gid=f"value-{lane.storage}-{span.value}-{i}")
-                    )
+            xa, xb = _draw_span(plot, lane, span, colour, clone)
             if clone is None:  # a clone's annotation names it
                 labels.append((lane, span, xa, xb))
         for mark in lane.accesses:
-            if lane.members or mark.envelope is None:
-                exact, ys = bool(lane.members), [(base + 0.1 * height, base + 0.9 * height)]
-            else:
-                exact = bool(mark.runs)
-                ys = extent(lane, mark.runs if mark.runs else (mark.envelope,))
-            write = mark.kind == "write"
-            xm = mark.position + (0.14 if write else -0.14)
-            colour = WRITE_COLOUR if write else _READ
-            for i, (ya, yb) in enumerate(ys):
-                ax.plot([xm, xm], [ya, yb], color=colour, lw=2.2 if write else 1.1, zorder=4, solid_capstyle="butt",
-                        ls="-" if exact else _DASHED, gid=f"{mark.kind}-{lane.storage}-{mark.node}-{mark.value}-{i}")
-            if write:
-                ax.plot([xm], [max(yb for _, yb in ys)], marker="v", color=WRITE_COLOUR, ms=4.5, zorder=5)
-            else:
-                ax.plot([xm], [(min(ya for ya, _ in ys) + max(yb for _, yb in ys)) / 2], marker="o", color=_READ, ms=3,
-                        zorder=5)
+            _draw_access(plot, lane, mark)
         if not lane.members:
             ax.text(x1 + 0.15, base + 0.02 * height, "0", fontsize=6.5, color="#777777", va="bottom", clip_on=False)
             ax.text(x1 + 0.15, base + 0.98 * height, _size_text(lane.nbytes), fontsize=6.5, color="#777777", va="top",
                     clip_on=False)
+    return labels
 
-    # labels: clone annotations first, then value labels, each where it overlaps no other label
-    renderer = canvas.get_renderer()
-    area = ax.get_window_extent(renderer)
-    placed: list[Any] = []
 
-    gap = 0.04 * fig.dpi  # pixels kept free between two labels
+def _decision_colour(action: str) -> str:
+    """The edge and text colour of a clone decision: green removed, orange kept."""
+    return "#2e7d32" if action == "remove" else "#b35900"
 
-    def fits(artist: Text, inside: Any) -> bool:
-        box = artist.get_window_extent(renderer)
+
+def _draw_span(plot: _Plot, lane: Lane, span: ValueSpan, colour: str, clone: CloneMark | None) -> tuple[float, float]:
+    """A value's bytes over its positions (in the decision's colours for a clone); returns its x range."""
+    from matplotlib.patches import Rectangle
+
+    first, stop = plot.timeline.window
+    base, height = plot.bases[lane.storage]
+    edge = "#555555"
+    hatch = None
+    if clone is not None:
+        colour = REMOVED_FILL if clone.action == "remove" else KEPT_FILL
+        edge = _decision_colour(clone.action)
+        hatch = "///" if clone.action == "remove" else None
+    xa, xb = max(span.start, first) - 0.4, min(span.stop, stop) + 0.4
+    if span.envelope is None:
+        plot.ax.add_patch(
+            Rectangle((xa, base + 0.04 * height), xb - xa, 0.92 * height, facecolor="none",
+                      edgecolor="#777777", hatch="xx", lw=0.6, zorder=1, gid=f"value-{lane.storage}-{span.value}-0")
+        )
+    else:
+        pieces = span.runs if span.runs else (span.envelope,)
+        for i, (ya, yb) in enumerate(plot.extent(lane, pieces)):
+            plot.ax.add_patch(
+                Rectangle((xa, ya), xb - xa, yb - ya, facecolor=colour, alpha=0.85,
+                          edgecolor=edge, lw=0.6, hatch=hatch if hatch else (None if span.runs else ".."),
+                          zorder=2, gid=f"value-{lane.storage}-{span.value}-{i}")
+            )
+    return xa, xb
+
+
+def _draw_access(plot: _Plot, lane: Lane, mark: AccessMark) -> None:
+    """A read (blue, a dot) or a write (red, a triangle) over the bytes it touches, dashed where inexact."""
+    base, height = plot.bases[lane.storage]
+    if lane.members or mark.envelope is None:
+        exact, ys = bool(lane.members), [(base + 0.1 * height, base + 0.9 * height)]
+    else:
+        exact = bool(mark.runs)
+        ys = plot.extent(lane, mark.runs if mark.runs else (mark.envelope,))
+    write = mark.kind == "write"
+    xm = mark.position + (0.14 if write else -0.14)
+    colour = WRITE_COLOUR if write else _READ
+    for i, (ya, yb) in enumerate(ys):
+        plot.ax.plot([xm, xm], [ya, yb], color=colour, lw=2.2 if write else 1.1, zorder=4, solid_capstyle="butt",
+                     ls="-" if exact else _DASHED, gid=f"{mark.kind}-{lane.storage}-{mark.node}-{mark.value}-{i}")
+    if write:
+        plot.ax.plot([xm], [max(yb for _, yb in ys)], marker="v", color=WRITE_COLOUR, ms=4.5, zorder=5)
+    else:
+        plot.ax.plot([xm], [(min(ya for ya, _ in ys) + max(yb for _, yb in ys)) / 2], marker="o", color=_READ, ms=3,
+                     zorder=5)
+
+
+@dataclass
+class _Placer:
+    """Places labels where they overlap no label placed before."""
+
+    renderer: Any
+    gap: float  #: pixels kept free between two labels
+    placed: list[Bbox] = field(default_factory=list)  #: the placed labels' boxes, in pixels
+
+    def fits(self, artist: Text | Annotation, inside: Bbox) -> bool:
+        """Whether the artist, where it is now, lies inside ``inside`` and off every placed label."""
+        from matplotlib.transforms import Bbox
+
+        box = artist.get_window_extent(self.renderer)
         if box.x0 < inside.x0 - 0.5 or box.x1 > inside.x1 + 0.5 or box.y0 < inside.y0 - 0.5 or box.y1 > inside.y1 + 0.5:
             return False
-        padded = Bbox.from_extents(box.x0 - gap, box.y0 - gap, box.x1 + gap, box.y1 + gap)
-        return not any(padded.overlaps(other) for other in placed)
+        padded = Bbox.from_extents(box.x0 - self.gap, box.y0 - self.gap, box.x1 + self.gap, box.y1 + self.gap)
+        return not any(padded.overlaps(other) for other in self.placed)
 
-    spans_by_value = {(s.storage, s.value): s for lane in timeline.lanes for s in lane.spans}
-    lanes_by_id = {lane.storage: lane for lane in timeline.lanes}
-    for clone in timeline.clones:
-        lanes_here = [s for s in clone.storages if s in bases]
+    def place(self, artist: Text | Annotation) -> None:
+        """Keep the artist's box clear of the labels placed after it."""
+        self.placed.append(artist.get_window_extent(self.renderer))
+
+
+def _annotate_clones(plot: _Plot, placer: _Placer) -> None:
+    """Each clone decision drawn: its note, a link to its original's lane, and the evidence of a keep."""
+    area = plot.ax.get_window_extent(placer.renderer)
+    spans_by_value = {(s.storage, s.value): s for lane in plot.timeline.lanes for s in lane.spans}
+    for clone in plot.timeline.clones:
+        lanes_here = [s for s in clone.storages if s in plot.bases]
         if not lanes_here:
             continue
-        base, height = bases[lanes_here[0]]
-        removed = clone.action == "remove"
-        colour = "#2e7d32" if removed else "#b35900"
-        text = f"{clone.clone}: removed" if removed else f"{clone.clone}: kept\n{clone.reason}"
-        own = spans_by_value.get((lanes_here[0], clone.clone))
-        end = min(own.stop, stop) if own is not None else clone.position
-        start = max(own.start if own is not None else clone.position, first)
-        note: Any = ax.annotate(
-            text, (end + 0.5, base + height * 0.5), xytext=(3, 0), textcoords="offset points", fontsize=7.5,
-            color=colour, fontweight="bold", va="center", ha="left", zorder=7, annotation_clip=False,
-            bbox={"boxstyle": "round,pad=0.15", "fc": REMOVED_FILL if removed else KEPT_FILL, "ec": colour, "lw": 0.6},
-            gid=f"clone-{clone.clone}",
-        )
-        # beside the clone's bytes (right, then left), else inside the lane wherever there is room
-        candidates = [(end + 0.5, "left", 3), (start - 0.5, "right", -3)]
-        candidates += [(x, "left", 0) for x in _steps(x0 + 0.1, x1, 2.0)]
-        for at, ha, dx in candidates:
-            note.xy = (at, base + height * 0.5)
-            note.set_ha(ha)
-            note.xyann = (dx, 0)
-            if fits(note, area):
-                break
-        else:  # no room anywhere: beside the clone's bytes, inside the axes
-            note.xy, note.xyann = (max(x0 + 0.1, start - 0.5), base + height * 0.5), (0, 0)
-            note.set_ha("left")
-        placed.append(note.get_window_extent(renderer))
-        for sid in clone.original_storages:
-            if sid in bases and sid not in clone.storages:
-                ob, oh = bases[sid]
-                ya, yb = sorted((ob + oh / 2, base + height / 2))
-                ax.plot([clone.position, clone.position], [ya, yb], color=colour, lw=0.9, ls=(0, (3, 2)), zorder=3)
-        if not removed:  # a star where each piece of evidence touches memory (on the clone's lane otherwise)
-            for ev in clone.evidence:
-                if ev not in timeline.names or ev == clone.original:
-                    continue
-                xe = first + timeline.names.index(ev)
-                related = {*clone.storages, *clone.original_storages}
-                where = [
-                    (lane.storage, m)
-                    for lane in timeline.lanes
-                    if lane.storage in related
-                    for m in lane.accesses
-                    if m.node == ev
-                ]
-                points = [(bases[sid], m.envelope, sid) for sid, m in where] or [((base, height), None, "")]
-                for (lb, lh), envelope, sid in points[:3]:
-                    ys_ = lb + lh * 0.5
-                    if envelope is not None and sid:
-                        nbytes = lanes_by_id[sid].nbytes
-                        ys_ = (to_y(sid, envelope[0], nbytes) + to_y(sid, envelope[1], nbytes)) / 2
-                    ax.plot([xe], [ys_], marker="*", color=EVIDENCE_COLOUR, ms=9, zorder=6,
-                            markeredgecolor="#6b3d00", markeredgewidth=0.4)
+        _clone_note(plot, placer, area, clone, spans_by_value.get((lanes_here[0], clone.clone)))
+        _link_to_original(plot, clone)
+        if clone.action != "remove":
+            _evidence_stars(plot, clone)
 
+
+def _clone_lane(plot: _Plot, clone: CloneMark) -> tuple[float, float]:
+    """Bottom and height of the first drawn lane of the clone's storages."""
+    return plot.bases[next(s for s in clone.storages if s in plot.bases)]
+
+
+def _clone_note(plot: _Plot, placer: _Placer, area: Bbox, clone: CloneMark, own: ValueSpan | None) -> None:
+    """The clone's note: beside its bytes (right, then left), else inside its lane wherever there is room."""
+    first, stop = plot.timeline.window
+    base, height = _clone_lane(plot, clone)
+    removed = clone.action == "remove"
+    colour = _decision_colour(clone.action)
+    text = f"{clone.clone}: removed" if removed else f"{clone.clone}: kept\n{clone.reason}"
+    end = min(own.stop, stop) if own is not None else clone.position
+    start = max(own.start if own is not None else clone.position, first)
+    note: Any = plot.ax.annotate(
+        text, (end + 0.5, base + height * 0.5), xytext=(3, 0), textcoords="offset points", fontsize=7.5,
+        color=colour, fontweight="bold", va="center", ha="left", zorder=7, annotation_clip=False,
+        bbox={"boxstyle": "round,pad=0.15", "fc": REMOVED_FILL if removed else KEPT_FILL, "ec": colour, "lw": 0.6},
+        gid=f"clone-{clone.clone}",
+    )
+    candidates = [(end + 0.5, "left", 3), (start - 0.5, "right", -3)]
+    candidates += [(x, "left", 0) for x in _steps(plot.x0 + 0.1, plot.x1, 2.0)]
+    for at, ha, dx in candidates:
+        note.xy = (at, base + height * 0.5)
+        note.set_ha(ha)
+        note.xyann = (dx, 0)
+        if placer.fits(note, area):
+            break
+    else:  # no room anywhere: beside the clone's bytes, inside the axes
+        note.xy, note.xyann = (max(plot.x0 + 0.1, start - 0.5), base + height * 0.5), (0, 0)
+        note.set_ha("left")
+    placer.place(note)
+
+
+def _link_to_original(plot: _Plot, clone: CloneMark) -> None:
+    """A dashed link, at the clone's position, from its lane to each drawn lane of its original's alone."""
+    base, height = _clone_lane(plot, clone)
+    for sid in clone.original_storages:
+        if sid in plot.bases and sid not in clone.storages:
+            ob, oh = plot.bases[sid]
+            ya, yb = sorted((ob + oh / 2, base + height / 2))
+            plot.ax.plot([clone.position, clone.position], [ya, yb], color=_decision_colour(clone.action), lw=0.9,
+                         ls=(0, (3, 2)), zorder=3)
+
+
+def _evidence_stars(plot: _Plot, clone: CloneMark) -> None:
+    """A star where each piece of evidence of a keep touches memory (on the clone's lane otherwise)."""
+    timeline = plot.timeline
+    base, height = _clone_lane(plot, clone)
+    lanes_by_id = {lane.storage: lane for lane in timeline.lanes}
+    related = {*clone.storages, *clone.original_storages}
+    for ev in clone.evidence:
+        if ev not in timeline.names or ev == clone.original:
+            continue
+        xe = timeline.window[0] + timeline.names.index(ev)
+        where = [
+            (lane.storage, m)
+            for lane in timeline.lanes
+            if lane.storage in related
+            for m in lane.accesses
+            if m.node == ev
+        ]
+        points = [(plot.bases[sid], m.envelope, sid) for sid, m in where] or [((base, height), None, "")]
+        for (lb, lh), envelope, sid in points[:3]:
+            ys_ = lb + lh * 0.5
+            if envelope is not None and sid:
+                nbytes = lanes_by_id[sid].nbytes
+                ys_ = (plot.to_y(sid, envelope[0], nbytes) + plot.to_y(sid, envelope[1], nbytes)) / 2
+            plot.ax.plot([xe], [ys_], marker="*", color=EVIDENCE_COLOUR, ms=9, zorder=6,
+                         markeredgecolor="#6b3d00", markeredgewidth=0.4)
+
+
+def _place_value_labels(plot: _Plot, placer: _Placer, labels: list[_PendingLabel]) -> None:
+    """Each value's label, inside its lane where it overlaps no other label; left out where there is no room."""
+    from matplotlib.transforms import Bbox
+
+    ax = plot.ax
     to_data = ax.transData.inverted()
     for lane, span, xa, xb in labels:
-        base, height = bases[lane.storage]
-        inside = ax.transData.transform([(x0, base), (x1, base + height)])
+        base, height = plot.bases[lane.storage]
+        inside = ax.transData.transform([(plot.x0, base), (plot.x1, base + height)])
         lane_box = Bbox.from_extents(inside[0][0], inside[0][1], inside[1][0], inside[1][1])
         label = ax.text(xa + 0.05, base + height - 0.03, span.value, fontsize=_VALUE_PT, va="top", ha="left",
                         color="#1a1a1a", zorder=6, clip_on=False, gid=f"label-{lane.storage}-{span.value}",
                         bbox={"boxstyle": "square,pad=0.05", "fc": "white", "ec": "none", "alpha": 0.75})
-        rows = max(1, int((height - 0.03) / _ROW))
-        done = False
-        for row in range(rows):
-            ty = base + height - 0.03 - row * _ROW
-            starts = [xa + 0.05]  # the value's start, then just right of each label in the way
-            starts += sorted(to_data.transform((b.x1 + 2 * gap, b.y0))[0] for b in placed
-                             if lane_box.y0 <= b.y1 and b.y0 <= lane_box.y1)
-            for tx in [x for x in starts if xa <= x <= xb]:
-                label.set_position((tx, ty))
-                if fits(label, lane_box):
-                    done = True
-                    break
-            if done:
-                break
-        if done:
-            placed.append(label.get_window_extent(renderer))
+        if _find_room(placer, to_data, label, lane_box, (base, height), (xa, xb)):
+            placer.place(label)
         else:  # no room: left out rather than drawn over another label
             label.remove()
 
-    ax.set_yticks([bases[lane.storage][0] + bases[lane.storage][1] / 2 for lane in timeline.lanes])
-    ax.set_yticklabels(lane_labels, fontsize=8)
+
+def _find_room(
+    placer: _Placer, to_data: Any, label: Text, lane_box: Bbox, lane: tuple[float, float], span: tuple[float, float]
+) -> bool:
+    """Move the label to the first place in its lane where it fits, row by row; False when there is none.
+
+    In each row: the value's start (``span``, its x range), then just right of each label in the way.
+    """
+    base, height = lane
+    xa, xb = span
+    rows = max(1, int((height - 0.03) / _ROW))
+    for row in range(rows):
+        ty = base + height - 0.03 - row * _ROW
+        starts = [xa + 0.05]
+        starts += sorted(to_data.transform((b.x1 + 2 * placer.gap, b.y0))[0] for b in placer.placed
+                         if lane_box.y0 <= b.y1 and b.y0 <= lane_box.y1)
+        for tx in [x for x in starts if xa <= x <= xb]:
+            label.set_position((tx, ty))
+            if placer.fits(label, lane_box):
+                return True
+    return False
+
+
+def _decorate_axes(plot: _Plot, frame: _Frame) -> None:
+    """Lane labels, position ticks and their grid lines, the axis label."""
+    ax = plot.ax
+    ax.set_yticks([plot.bases[lane.storage][0] + plot.bases[lane.storage][1] / 2 for lane in plot.timeline.lanes])
+    ax.set_yticklabels(frame.lane_labels, fontsize=8)
     ax.tick_params(axis="y", length=0)
-    ax.set_xticks(ticks)
-    ax.set_xticklabels(tick_labels, rotation=90, fontsize=7.5)
+    ax.set_xticks(frame.ticks)
+    ax.set_xticklabels(frame.tick_labels, rotation=90, fontsize=7.5)
     ax.tick_params(axis="x", length=2, pad=2)
-    for t in ticks:
+    for t in frame.ticks:
         ax.axvline(t, color="#e3e3e3", lw=0.4, zorder=0.5)
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
-    ax.set_xlabel(xlabel, fontsize=8)
-    return fig
+    ax.set_xlabel(frame.xlabel, fontsize=8)
 
 
 def _steps(lo: float, hi: float, step: float) -> list[float]:

@@ -1,0 +1,87 @@
+"""The one pipeline: both entry points run :func:`rewrite.pipeline.driver.run` and decide alike.
+
+``eliminate_clones`` (any target, caller options) and ``lower_and_eliminate``
+(a post-grad graph, the guard's protected copies) give the same decisions on
+the same graph, leave the same graph, and build one analysis per run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from aliasing.core.analysis import counting_analyses
+from rewrite import Reason, eliminate_clones, lower_and_eliminate
+from rewrite.examples import DEMO_DONATED_INPUTS, trace_demo
+from rewrite.testing import check_equivalent, copy_program
+
+
+def _fold(x: torch.Tensor) -> torch.Tensor:
+    c = x.clone()
+    c.mul_(2)
+    x.copy_(c)  # after the fold, a self-copy (C9)
+    return x.sum()
+
+
+def _chain(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    a = y.clone()
+    b = a.clone()
+    b.add_(1)  # b is a's copy: written, a read after
+    return a + b + y.t().contiguous().sum()
+
+
+def _dead(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    c = y.clone()
+    c.add_(1)  # nothing reads c: erased with its writer (C10)
+    return y
+
+
+PROGRAMS: dict[str, tuple[Callable[..., torch.Tensor], tuple[int, ...]]] = {
+    "fold": (_fold, (3,)),
+    "chain": (_chain, (4, 4)),
+    "dead": (_dead, (3,)),
+}
+
+
+def _decisions(report: object) -> list[tuple[str, str, Reason, tuple[str, ...]]]:
+    return [(d.node, d.action, d.reason, d.evidence) for d in report.decisions]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_both_entry_points_decide_alike_and_leave_the_same_graph(name: str) -> None:
+    fn, shape = PROGRAMS[name]
+    gm = make_fx(fn, tracing_mode="fake")(torch.randn(*shape))
+    one, two = copy_program(gm), copy_program(gm)
+    assert isinstance(one, torch.fx.GraphModule) and isinstance(two, torch.fx.GraphModule)
+    first = eliminate_clones(one)
+    second = lower_and_eliminate(two.graph, lower_functional=False)
+    assert _decisions(first) == _decisions(second.elimination())
+    assert first.removed == second.removed and first.dropped_copies == second.dropped_copies
+    assert one.code == two.code
+    check_equivalent(gm, one, lambda: [torch.randn(*shape)])
+
+
+def test_the_fold_leaves_no_self_copy_through_eliminate_clones() -> None:
+    gm = make_fx(_fold, tracing_mode="fake")(torch.randn(3))
+    rewritten = copy_program(gm)
+    assert isinstance(rewritten, torch.fx.GraphModule)
+    report = eliminate_clones(rewritten)
+    assert report.removed == ("clone",) and report.dropped_copies == ("copy_",)
+    assert not [n for n in rewritten.graph.nodes if n.target is torch.ops.aten.copy_.default]
+    check_equivalent(gm, rewritten, lambda: [torch.randn(3)])
+
+
+def test_one_analysis_per_run_on_the_demo() -> None:
+    gm = trace_demo()
+    with counting_analyses() as count:
+        report = eliminate_clones(copy_program(gm), donated_inputs=DEMO_DONATED_INPUTS)
+    assert count.count == 1 and report.removed
+    with counting_analyses() as count:
+        pipeline = lower_and_eliminate(copy_program(gm).graph, donated_inputs=DEMO_DONATED_INPUTS)
+    assert count.count == pipeline.analyses == 1
+    assert pipeline.removed == report.removed
