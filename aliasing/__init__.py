@@ -30,7 +30,11 @@ docs/DESIGN.md refers to it); nothing here imports :mod:`rewrite`.
 5. core.subgraphs: control-flow rules, given the analysis entry point (they do not import it)
 6. core.analysis: ``analyze`` and the immutable ``AliasAnalysis``; ``DEFAULT_EFFECTS``
 7. pictures.storage_graph, verification.oracle, verification.layout_audit: the networkx graph of an analysis and its DOT picture; real-execution checks of one; meta and fake layouts against eager
-8. verification.audit, pictures.timeline: the effects audit over PyTorch's operator database; the storage timeline picture
+8. verification.audit.ops, pictures.timeline: which ops the effects audit over PyTorch's operator database runs, and its work items; the storage timeline picture
+9. verification.audit.report: the effects audit's results, JSON report and Markdown summary
+10. verification.audit.run: the effects audit's checks, one sample and one op at a time, and its campaign
+11. verification.audit.__main__: the effects audit's command line
+12. verification.audit: the effects audit's package (its public names)
 
 Example
 -------

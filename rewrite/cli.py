@@ -275,24 +275,36 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    _add_explain_parser(sub)
+    _add_rewrite_parser(sub)
+    _add_demo_parser(sub)
+    return parser
 
-    def program_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("program", metavar="PROGRAM.pt2", help="a program saved with torch.export.save")
-        p.add_argument(
-            "--donated",
-            metavar="INPUTS",
-            help="inputs the caller gives up, as comma-separated placeholder positions or names "
-            "(explain lists them), e.g. --donated 4,k_cache",
-        )
-        p.add_argument(
-            "--import",
-            dest="imports",
-            metavar="MODULE",
-            action="append",
-            default=[],
-            help="import MODULE first (one that registers the custom ops the program uses); repeatable",
-        )
 
+_DOT_HELP = "write the storage graph to FILE: DOT text, or rendered by Graphviz for .svg and .png"
+
+
+def _add_program_options(p: argparse.ArgumentParser) -> None:
+    """The options ``explain`` and ``rewrite`` share: the program, ``--donated``, ``--import``."""
+    p.add_argument("program", metavar="PROGRAM.pt2", help="a program saved with torch.export.save")
+    p.add_argument(
+        "--donated",
+        metavar="INPUTS",
+        help="inputs the caller gives up, as comma-separated placeholder positions or names "
+        "(explain lists them), e.g. --donated 4,k_cache",
+    )
+    p.add_argument(
+        "--import",
+        dest="imports",
+        metavar="MODULE",
+        action="append",
+        default=[],
+        help="import MODULE first (one that registers the custom ops the program uses); repeatable",
+    )
+
+
+def _add_explain_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``explain`` subcommand."""
     ex = sub.add_parser(
         "explain",
         help="print the storages, alias sets, accesses and clone decisions of a saved program",
@@ -300,23 +312,26 @@ def build_parser() -> argparse.ArgumentParser:
         "per-storage reads and writes and the clone-elimination decisions with their reasons and evidence; "
         "optionally write an HTML report and the pictures.",
     )
-    program_options(ex)
+    _add_program_options(ex)
     ex.add_argument("--html", metavar="FILE", type=Path, help="write a self-contained HTML report to FILE")
     ex.add_argument("--timeline", metavar="FILE", type=Path, help="write the storage timeline to FILE (.svg or .png)")
-    ex.add_argument("--dot", metavar="FILE", type=Path, help="write the storage graph to FILE: DOT text, or rendered by Graphviz for .svg and .png")
+    ex.add_argument("--dot", metavar="FILE", type=Path, help=_DOT_HELP)
     ex.add_argument(
         "--summary",
         action="store_true",
         help="print only the summary and the clone decisions (a few dozen lines on large programs)",
     )
 
+
+def _add_rewrite_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``rewrite`` subcommand."""
     rw = sub.add_parser(
         "rewrite",
         help="save a program with the clones it does not need removed",
         description="Load a program saved with torch.export.save, remove every clone it does not need "
         "and save the result with torch.export.save.",
     )
-    program_options(rw)
+    _add_program_options(rw)
     rw.add_argument("-o", "--output", metavar="OUT.pt2", type=Path, required=True, help="where to save the result")
     rw.add_argument(
         "--check",
@@ -324,6 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the original and the rewritten program on the example inputs saved with it and compare them",
     )
 
+
+def _add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``demo`` subcommand."""
     demo = sub.add_parser(
         "demo",
         help="analyse and rewrite the bundled transformer-style block",
@@ -332,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
         "sets and per-storage reads and writes, then remove the clones that are not needed "
         "and check the result on random inputs.",
     )
-    demo.add_argument("--dot", metavar="FILE", type=Path, help="write the storage graph to FILE: DOT text, or rendered by Graphviz for .svg and .png")
+    demo.add_argument("--dot", metavar="FILE", type=Path, help=_DOT_HELP)
     demo.add_argument("--html", metavar="FILE", type=Path, help="write the HTML report of the block to FILE")
     demo.add_argument("--no-rewrite", action="store_true", help="only analyse; skip clone elimination")
     demo.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
@@ -342,7 +360,6 @@ def build_parser() -> argparse.ArgumentParser:
         default="fake",
         help="make_fx tracing mode; 'symbolic' makes the token dimension a SymInt (default: fake)",
     )
-    return parser
 
 
 # --- demo -----------------------------------------------------------------------

@@ -360,12 +360,25 @@ def _summary_lines(e: Explanation) -> list[str]:
         f"{e.name}: {len(gm.graph.nodes)} nodes, {len(analysis.storages)} storages, "
         f"{_plural(len(report.decisions), 'clone candidate')}: {len(report.removed)} removed, {len(report.kept)} kept"
     ]
-    # inputs: user inputs by name (what --donated takes), the rest by role with their positions
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    lines.append(_inputs_line(analysis, placeholders))
+    lines.append(_storages_line(analysis))
+    lines.append(_alias_sets_line(analysis))
+    if e.donated_inputs:
+        lines.append("donated: " + ", ".join(f"{i}:{placeholders[i].name}" for i in e.donated_inputs))
+    if report.opaque:
+        lines.append(f"opaque nodes (answered conservatively): {_listed(list(report.opaque))}")
+    if report.error:
+        lines.append(f"error (every clone kept): {report.error}")
+    return [_line([line]) for line in lines]
+
+
+def _inputs_line(analysis: AliasAnalysis, placeholders: Sequence[torch.fx.Node]) -> str:
+    """The inputs: user inputs by name (what --donated takes), the rest by role with their positions."""
     by_role: dict[str, list[int]] = {}
     for i, n in enumerate(placeholders):
         by_role.setdefault(analysis.role(n).value, []).append(i)
-    inputs = []
+    inputs: list[str] = []
     for role, positions in by_role.items():
         words = _plural(len(positions), role.replace("_", " "))
         names = [f"{i}:{placeholders[i].name}" for i in positions]
@@ -373,8 +386,11 @@ def _summary_lines(e: Explanation) -> list[str]:
             f"positions {_positions(positions)}"
         )
         inputs.append(f"{words} ({detail})")
-    lines.append(_line(["inputs: " + (inputs[0] if inputs else "none"), *inputs[1:]]))
-    # storages by role, and what is written in place (the caller's memory by name)
+    return _line(["inputs: " + (inputs[0] if inputs else "none"), *inputs[1:]])
+
+
+def _storages_line(analysis: AliasAnalysis) -> str:
+    """The storages by role, and what is written in place (the caller's memory by name)."""
     roles = Counter(analysis.storage_role(sid).value for sid in analysis.storages)
     written: dict[str, list[str]] = {}
     for sid in analysis.storages:
@@ -390,8 +406,11 @@ def _summary_lines(e: Explanation) -> list[str]:
     where = [f"{_plural(len(written), 'storage')} written in place" if written else "no write in place"]
     if written:
         where.append(f"the caller's memory: {_listed(caller, 4)}" if caller else "none of them the caller's memory")
-    lines.append(_line([f"storages: {len(analysis.storages)} ({counts})", *where]))
-    # alias sets of several values
+    return _line([f"storages: {len(analysis.storages)} ({counts})", *where])
+
+
+def _alias_sets_line(analysis: AliasAnalysis) -> str:
+    """The alias sets of several values: how many, and the largest."""
     sets: dict[tuple[str, ...], int] = {}
     for node in analysis.nodes:
         if node.op == "output" or not analysis.storage_of(node):
@@ -399,21 +418,13 @@ def _summary_lines(e: Explanation) -> list[str]:
         members = analysis.alias_set(node)
         if len(members) > 1:
             sets[tuple(m.name for m in members)] = len(members)
-    if sets:
-        largest = max(sets, key=lambda k: sets[k])
-        lines.append(
-            f"alias sets: {len(sets)} of values sharing a storage, the largest {len(largest)} values "
-            f"({_listed(list(largest), 4)})"
-        )
-    else:
-        lines.append("alias sets: none (no two values share a storage)")
-    if e.donated_inputs:
-        lines.append("donated: " + ", ".join(f"{i}:{placeholders[i].name}" for i in e.donated_inputs))
-    if report.opaque:
-        lines.append(f"opaque nodes (answered conservatively): {_listed(list(report.opaque))}")
-    if report.error:
-        lines.append(f"error (every clone kept): {report.error}")
-    return [_line([line]) for line in lines]
+    if not sets:
+        return "alias sets: none (no two values share a storage)"
+    largest = max(sets, key=lambda k: sets[k])
+    return (
+        f"alias sets: {len(sets)} of values sharing a storage, the largest {len(largest)} values "
+        f"({_listed(list(largest), 4)})"
+    )
 
 
 def _decision_text(report: CloneEliminationReport, *, brief: bool) -> str:

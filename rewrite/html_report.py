@@ -247,13 +247,30 @@ def render_html(explanation: ExplainedProgram, *, title: str | None = None) -> s
     heading = title or f"fx-aliasing: {explanation.name}"
     ordered = sorted(report.decisions, key=lambda d: d.action != "keep")
     close_ups = [d for d in ordered if _in_graph(explanation, d.node)][:MAX_CLOSE_UPS]
+    parts = _page_head(heading, started)
+    parts += ['<h2 id="summary">Summary</h2>', _summary(explanation)]
+    parts += _decisions_section(report.decisions, close_ups)
+    parts += _pictures_section(explanation)
+    parts += _close_ups_section(explanation, close_ups, len(report.decisions))
+    parts += _code_section(explanation, report.decisions)
+    parts += ['<h2 id="storages">Storages, reads and writes</h2>', _accesses(explanation), "</body></html>"]
+    return "\n".join(parts) + "\n"
+
+
+def _package_version() -> str:
+    """fx-aliasing's installed version, or ``"source"`` in a source checkout."""
     try:
         from importlib.metadata import version
 
-        ours = version("fx-aliasing")
+        return version("fx-aliasing")
     except Exception:  # not installed as a distribution (a source checkout)
-        ours = "source"
-    parts = [
+        return "source"
+
+
+def _page_head(heading: str, started: str) -> list[str]:
+    """The document's head, its heading, the versions and time line, and the navigation bar."""
+    ours = _package_version()
+    return [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -263,18 +280,25 @@ def render_html(explanation: ExplainedProgram, *, title: str | None = None) -> s
         '<nav><a href="#summary">summary</a><a href="#decisions">decisions</a><a href="#timeline">timeline</a>'
         '<a href="#graph">storage graph</a><a href="#close-ups">close-ups</a><a href="#code">code</a>'
         '<a href="#storages">storages</a></nav>',
-        '<h2 id="summary">Summary</h2>',
-        _summary(explanation),
-        '<h2 id="decisions">Clone decisions</h2>',
     ]
-    if report.decisions:
+
+
+def _decisions_section(decisions: tuple[Decision, ...], close_ups: list[Decision]) -> list[str]:
+    """The decision table (each clone with a close-up linked to it)."""
+    parts = ['<h2 id="decisions">Clone decisions</h2>']
+    if decisions:
         parts.append(
             "<table><tr><th>clone</th><th>original</th><th>action</th><th>condition</th><th>reason</th>"
-            f"<th>evidence</th></tr>{_decision_rows(report.decisions, {d.node for d in close_ups})}</table>"
+            f"<th>evidence</th></tr>{_decision_rows(decisions, {d.node for d in close_ups})}</table>"
         )
     else:
         parts.append("<p>The program has no clone.</p>")
-    parts += [
+    return parts
+
+
+def _pictures_section(explanation: ExplainedProgram) -> list[str]:
+    """The storage timeline and the storage graph of the whole program."""
+    return [
         '<h2 id="timeline">Storage timeline</h2>',
         "<p>One lane per storage: program order across (<code>#position node</code>), byte offset up. Each value "
         "is drawn over the bytes it can touch, from its definition to its last use; reads (blue dots) and writes "
@@ -286,12 +310,16 @@ def render_html(explanation: ExplainedProgram, *, title: str | None = None) -> s
         "<p>One box per node (#position in program order), values framed by storage, reads grey, writes red, "
         "views dashed blue.</p>",
         _graph(explanation, "storage graph"),
-        '<h2 id="close-ups">Close-ups</h2>',
     ]
+
+
+def _close_ups_section(explanation: ExplainedProgram, close_ups: list[Decision], decisions: int) -> list[str]:
+    """Per clone of ``close_ups`` (of ``decisions`` in all): its decision, timeline and graph around it."""
+    parts = ['<h2 id="close-ups">Close-ups</h2>']
     if not close_ups:
         parts.append("<p>No clone to look at.</p>")
-    elif len(close_ups) < len(report.decisions):
-        parts.append(f"<p>The first {len(close_ups)} of {len(report.decisions)} decisions, kept clones first.</p>")
+    elif len(close_ups) < decisions:
+        parts.append(f"<p>The first {len(close_ups)} of {decisions} decisions, kept clones first.</p>")
     for d in close_ups:
         what = "removed" if d.action == "remove" else "kept"
         parts += [
@@ -303,17 +331,18 @@ def render_html(explanation: ExplainedProgram, *, title: str | None = None) -> s
             _timeline(explanation, f"timeline around {d.node}", around=d.node),
             _graph(explanation, f"storage graph around {d.node}", around=[d.node, *_present(explanation, d.evidence)]),
         ]
+    return parts
+
+
+def _code_section(explanation: ExplainedProgram, decisions: tuple[Decision, ...]) -> list[str]:
+    """The graph's code with the clones of ``decisions`` marked, and the rewritten graph's code."""
     rewritten_code = _graph_code(explanation.rewritten)
-    parts += [
+    return [
         '<h2 id="code">Code</h2>',
         "<p>The program's graph, with removed clones in green and kept clones in orange (hover for the reason).</p>",
-        f"<pre>{_marked_code(explanation.graph_module.code, report.decisions)}</pre>",
+        f"<pre>{_marked_code(explanation.graph_module.code, decisions)}</pre>",
         f"<details><summary>the rewritten graph</summary><pre>{_e(rewritten_code.strip())}</pre></details>",
-        '<h2 id="storages">Storages, reads and writes</h2>',
-        _accesses(explanation),
-        "</body></html>",
     ]
-    return "\n".join(parts) + "\n"
 
 
 def _graph_code(program: object) -> str:

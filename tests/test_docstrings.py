@@ -23,11 +23,16 @@ def _modules() -> list[str]:
 
 
 #: Modules whose examples run for tens of seconds (fuzzing, audits, soak campaigns).
+#: Packages and modules whose examples take seconds each (their submodules too).
 SLOW_EXAMPLES = {"rewrite.testing.programs", "aliasing.verification.audit", "rewrite.testing.soak"}
 
 
+def _is_slow(name: str) -> bool:
+    return any(name == s or name.startswith(s + ".") for s in SLOW_EXAMPLES)
+
+
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=[pytest.mark.slow] if n in SLOW_EXAMPLES else []) for n in _modules()]
+    "name", [pytest.param(n, marks=[pytest.mark.slow] if _is_slow(n) else []) for n in _modules()]
 )
 def test_docstring_examples(name: str) -> None:
     if name == "rewrite.vllm" and importlib.util.find_spec("vllm") is None:

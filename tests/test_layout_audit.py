@@ -37,7 +37,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import rewrite.planning.dataflow
-from aliasing import layout_divergences
+from aliasing.core import layout_divergences
 from aliasing.core.registry import committed_path, torch_release
 from aliasing.verification.audit import main as audit_main
 from aliasing.verification.layout_audit import (
@@ -326,7 +326,7 @@ def test_results_without_elements_are_not_divergences(report: Any) -> None:
 
 def test_committed_table_is_what_the_committed_results_render() -> None:
     results = committed_results()
-    table = ROOT / "aliasing" / "layout_divergences.py"
+    table = ROOT / "aliasing" / "core" / "layout_divergences.py"
     assert table.read_text() == render_table(*results.values()), f"regenerate the table: {REGENERATE}"
     assert {r: d["torch_version"] for r, d in results.items()} == layout_divergences.TORCH_VERSIONS
     union = set().union(*(d["divergent_overloads"] for d in results.values()))
@@ -389,7 +389,7 @@ def test_the_table_is_the_conservative_union_of_the_releases() -> None:
 def test_table_only_renders_the_committed_table(tmp_path: Path) -> None:
     out = tmp_path / "layout_divergences.py"
     assert audit_main(["--layouts", "--table-only", "--write-table", str(out)]) == 0
-    assert out.read_text() == (ROOT / "aliasing" / "layout_divergences.py").read_text()
+    assert out.read_text() == (ROOT / "aliasing" / "core" / "layout_divergences.py").read_text()
 
 
 def test_audit_cli_dispatches_to_the_layout_audit(tmp_path: Path) -> None:

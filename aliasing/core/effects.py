@@ -418,13 +418,41 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
     if se.unclassified:
         return unknown_effect(node, f"{op} is not classified by aliasing.core.registry (a new ATen op?)")
     args, kwargs = node.args, node.kwargs
-    nargs = len(args)
     index = se.index
-    if nargs > len(se.names) or (kwargs and any(k not in index for k in kwargs)):
+    if len(args) > len(se.names) or (kwargs and any(k not in index for k in kwargs)):
         return unknown_effect(node, "arguments do not match the schema")
     # The tensor arguments actually passed, by schema position.
     passed: dict[int, list[torch.fx.Node]] = {}
     tensors: list[torch.fx.Node] = []
+    _collect_passed(se, args, kwargs, passed, tensors)
+    all_tensors = tuple(dict.fromkeys(tensors)) if len(tensors) > 1 else tuple(tensors)
+    writes: list[torch.fx.Node] = []
+    if se.may_write:
+        _collect_writes(se, args, kwargs, passed, writes)
+    outputs: dict[object, Sources] = {}
+    facts_per_key = _declared_outputs(se, node, facts, passed, outputs)
+    pure_view = not writes and bool(outputs) and all(outputs.values())
+    read_aliased: set[torch.fx.Node] = set()
+    copies: list[object] = []
+    _apply_trace_evidence(se, node, facts, all_tensors, pure_view, facts_per_key, outputs, read_aliased, copies)
+    return Effect(
+        reads=_reads(se, passed, all_tensors, outputs, pure_view, read_aliased),
+        writes=tuple(dict.fromkeys(writes)) if len(writes) > 1 else tuple(writes),
+        outputs=outputs,
+        copies=tuple(copies),
+    )
+
+
+def _collect_passed(
+    se: _SchemaEffect,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    passed: dict[int, list[torch.fx.Node]],
+    tensors: list[torch.fx.Node],
+) -> None:
+    """Fill ``passed`` (schema position -> the nodes passed there) and ``tensors`` (all of
+    them, in order, with repeats) with the tensor arguments of one call."""
+    nargs = len(args)
     for i in se.tensor_args:
         name = se.names[i]
         if kwargs and name in kwargs:
@@ -437,30 +465,47 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
         if nodes:
             passed[i] = nodes
             tensors.extend(nodes)
-    all_tensors = tuple(dict.fromkeys(tensors)) if len(tensors) > 1 else tuple(tensors)
 
-    writes: list[torch.fx.Node] = []
-    if se.may_write:
-        # Hidden writes (aliasing.core.hidden_effects) count unless their condition is literally False.
-        cond = se.hidden_condition
-        hidden_on = cond is None or _bound(se, cond, args, kwargs) is not False
-        for i, nodes in passed.items():
-            if se.arg_writes[i] or (se.hidden_writes[i] and hidden_on):
-                writes.extend(nodes)
 
-    def sources(k: int) -> Sources:
-        arg_ids = se.out_args[k]
-        if not arg_ids:
-            return ()
-        if len(arg_ids) == 1:
-            nodes = passed.get(arg_ids[0])
-            return tuple(nodes) if nodes else ()
-        out: list[torch.fx.Node] = []
-        for i in arg_ids:
-            out.extend(passed.get(i, ()))
-        return tuple(dict.fromkeys(out))
+def _collect_writes(
+    se: _SchemaEffect,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    passed: Mapping[int, list[torch.fx.Node]],
+    writes: list[torch.fx.Node],
+) -> None:
+    """Append to ``writes`` the nodes passed for written arguments: declared (``!``) or hidden
+    (:mod:`aliasing.core.hidden_effects`, counted unless their condition is literally False)."""
+    cond = se.hidden_condition
+    hidden_on = cond is None or _bound(se, cond, args, kwargs) is not False
+    for i, nodes in passed.items():
+        if se.arg_writes[i] or (se.hidden_writes[i] and hidden_on):
+            writes.extend(nodes)
 
-    outputs: dict[object, Sources] = {}
+
+def _sources(se: _SchemaEffect, passed: Mapping[int, list[torch.fx.Node]], k: int) -> Sources:
+    """The passed nodes that return ``k`` may alias, by the schema's alias sets."""
+    arg_ids = se.out_args[k]
+    if not arg_ids:
+        return ()
+    if len(arg_ids) == 1:
+        nodes = passed.get(arg_ids[0])
+        return tuple(nodes) if nodes else ()
+    out: list[torch.fx.Node] = []
+    for i in arg_ids:
+        out.extend(passed.get(i, ()))
+    return tuple(dict.fromkeys(out))
+
+
+def _declared_outputs(
+    se: _SchemaEffect,
+    node: torch.fx.Node,
+    facts: FactsCache,
+    passed: Mapping[int, list[torch.fx.Node]],
+    outputs: dict[object, Sources],
+) -> dict[object, TensorFacts | None]:
+    """Fill ``outputs`` with what the schema (and the hidden-effects table) says each output
+    aliases; return the traced facts of each output key (None where there are none)."""
     facts_per_key: dict[object, TensorFacts | None]
     if se.list_return or len(se.out_sets) > 1:
         multi = facts.outputs(node)
@@ -469,23 +514,35 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
         else:
             keys = [EACH] if se.list_return else list(range(len(se.out_sets)))
         for k in keys:
-            outputs[k] = sources(0 if se.list_return or type(k) is not int else k)
+            outputs[k] = _sources(se, passed, 0 if se.list_return or type(k) is not int else k)
         facts_per_key = {k: (multi[k] if multi is not None and type(k) is int else None) for k in keys}
     elif len(se.out_sets) == 1:
-        outputs[SINGLE] = sources(0)
+        outputs[SINGLE] = _sources(se, passed, 0)
         facts_per_key = {SINGLE: facts.tensor(node)}
     else:
         facts_per_key = {}
-
     view_of = se.hidden_view_of
     if view_of is not None and view_of in passed and SINGLE in outputs and not outputs[SINGLE]:
         outputs[SINGLE] = tuple(passed[view_of])  # e.g. _unsafe_view: a view its schema does not declare
-    # Fake-tensor evidence: a "fresh" output that shares an argument's storage aliases it.
-    # (Evidence only ever adds aliasing; metadata made stale by a rewrite cannot remove any.)
+    return facts_per_key
+
+
+def _apply_trace_evidence(
+    se: _SchemaEffect,
+    node: torch.fx.Node,
+    facts: FactsCache,
+    all_tensors: Sources,
+    pure_view: bool,
+    facts_per_key: Mapping[object, TensorFacts | None],
+    outputs: dict[object, Sources],
+    read_aliased: set[torch.fx.Node],
+    copies: list[object],
+) -> None:
+    """Correct ``outputs`` by the fake tensors: a "fresh" output that shares an argument's
+    storage aliases it. (Evidence only ever adds aliasing; metadata made stale by a rewrite
+    cannot remove any.) For a pure view op that may also copy, add to ``read_aliased`` the
+    sources it may have copied, and to ``copies`` the outputs the trace recorded as copies."""
     arg_keys: dict[int, torch.fx.Node] | None = None
-    pure_view = not writes and bool(outputs) and all(outputs.values())
-    read_aliased: set[torch.fx.Node] = set()
-    copies: list[object] = []
     for k, srcs in outputs.items():
         f: TensorFacts | None = facts_per_key.get(k)
         if not srcs:
@@ -511,22 +568,27 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
             read_aliased.update(srcs)
             if f is not None:
                 copies.append(k)  # the trace recorded a copy: fresh, where the analysis trusts that
+
+
+def _reads(
+    se: _SchemaEffect,
+    passed: Mapping[int, list[torch.fx.Node]],
+    all_tensors: Sources,
+    outputs: Mapping[object, Sources],
+    pure_view: bool,
+    read_aliased: set[torch.fx.Node],
+) -> Sources:
+    """The tensor arguments whose data the call reads: a pure view reads only what it may
+    have copied; ``copy_``'s destination and ``out=`` arguments are written, not read
+    (unless also passed as an input); every other call reads all of them."""
     if pure_view:
         aliased = {n for srcs in outputs.values() for n in srcs}
-        reads = tuple(n for n in all_tensors if n not in aliased or n in read_aliased)
-    elif se.write_only:
-        # copy_'s destination and out= arguments are written, not read (unless also passed as an input)
+        return tuple(n for n in all_tensors if n not in aliased or n in read_aliased)
+    if se.write_only:
         overwritten = {n for i in se.write_only for n in passed.get(i, ())}
         inputs = {n for i, nodes in passed.items() if i not in se.write_only for n in nodes}
-        reads = tuple(n for n in all_tensors if n not in overwritten or n in inputs)
-    else:
-        reads = all_tensors
-    return Effect(
-        reads=reads,
-        writes=tuple(dict.fromkeys(writes)) if len(writes) > 1 else tuple(writes),
-        outputs=outputs,
-        copies=tuple(copies),
-    )
+        return tuple(n for n in all_tensors if n not in overwritten or n in inputs)
+    return all_tensors
 
 
 def always_aliases_first(op: torch._ops.OpOverload) -> bool:

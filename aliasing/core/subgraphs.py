@@ -208,11 +208,43 @@ def summarize_subgraph(
 
 def _summarize(analysis: SubgraphAnalysis, scalar_inputs: frozenset[int]) -> SubgraphSummary:
     nodes = analysis.nodes
+    _check_escaping_views(nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    scalars = {p for i, p in enumerate(placeholders) if i in scalar_inputs}
+    by_storage, input_facts = _input_storages(analysis, placeholders, scalars)
+    _check_storage_accesses(analysis, by_storage, scalars)
+    out_node = analysis.output_node
+    returned: Any = out_node.args[0] if out_node is not None and out_node.args else ()
+    single = not isinstance(returned, (tuple, list))
+    elements: Sequence[Any] = [returned] if single else list(returned)
+    tensor_positions = frozenset(i for sids in by_storage.values() for i in sids)
+    outputs, output_facts, exact = _summarize_outputs(analysis, elements, by_storage, scalars, tensor_positions)
+    reads = frozenset(i for i in tensor_positions if _touched(analysis, placeholders[i], "read", scalars, out_node))
+    writes = frozenset(i for i in tensor_positions if _touched(analysis, placeholders[i], "write", scalars, out_node))
+    return SubgraphSummary(
+        num_inputs=len(placeholders),
+        reads=reads,
+        writes=writes,
+        outputs=tuple(outputs),
+        single_output=single,
+        input_facts=tuple(input_facts),
+        output_facts=tuple(output_facts),
+        exact_outputs=tuple(exact),
+    )
+
+
+def _check_escaping_views(nodes: Iterable[torch.fx.Node]) -> None:
+    """Raise when a node of the subgraph is a view that may reach outside its base (R5 d)."""
     for n in nodes:
         if n.op == "call_function" and _op_name(n.target) in _ESCAPING_VIEWS:
             raise OpaqueSubgraph(f"{n.name} ({_op_name(n.target)}) may reach memory outside its base (R5 d)")
-    placeholders = [n for n in nodes if n.op == "placeholder"]
-    scalars = {p for i, p in enumerate(placeholders) if i in scalar_inputs}
+
+
+def _input_storages(
+    analysis: SubgraphAnalysis, placeholders: Sequence[torch.fx.Node], scalars: set[torch.fx.Node]
+) -> tuple[dict[str, list[int]], list[TensorFacts | None]]:
+    """The placeholder positions of each input storage, and each placeholder's facts;
+    raise for a tensor placeholder whose region is unknown (R5 b)."""
     by_storage: dict[str, list[int]] = {}
     input_facts: list[TensorFacts | None] = []
     for i, p in enumerate(placeholders):
@@ -226,7 +258,14 @@ def _summarize(analysis: SubgraphAnalysis, scalar_inputs: frozenset[int]) -> Sub
             )
         for sid in sids:
             by_storage.setdefault(sid, []).append(i)
+    return by_storage, input_facts
 
+
+def _check_storage_accesses(
+    analysis: SubgraphAnalysis, by_storage: Mapping[str, list[int]], scalars: set[torch.fx.Node]
+) -> None:
+    """Raise for an access that may touch an input's whole storage (R5 c) and for a write
+    to memory that is neither an input nor fresh (R5 e)."""
     scalar_storages = {sid for p in scalars for sid in analysis.storage_of(p)} - set(by_storage)
     for sid in analysis.storages:
         if sid in scalar_storages:
@@ -245,56 +284,65 @@ def _summarize(analysis: SubgraphAnalysis, scalar_inputs: frozenset[int]) -> Sub
                 if acc.kind == "write":
                     raise OpaqueSubgraph(f"{acc.node.name} writes {role.value} memory of the subgraph (R5 e)")
 
-    out_node = analysis.output_node
-    returned: Any = out_node.args[0] if out_node is not None and out_node.args else ()
-    single = not isinstance(returned, (tuple, list))
-    elements: Sequence[Any] = [returned] if single else list(returned)
+
+def _summarize_outputs(
+    analysis: SubgraphAnalysis,
+    elements: Sequence[Any],
+    by_storage: Mapping[str, list[int]],
+    scalars: set[torch.fx.Node],
+    tensor_positions: frozenset[int],
+) -> tuple[list[frozenset[int]], list[TensorFacts | None], list[bool]]:
+    """Per returned element: the input positions it may alias, its facts, and whether its
+    region is known (R5 e, f raise)."""
     outputs: list[frozenset[int]] = []
     output_facts: list[TensorFacts | None] = []
     exact: list[bool] = []
     fresh_owner: dict[str, int] = {}
-    tensor_positions = frozenset(i for sids in by_storage.values() for i in sids)
     for k, value in enumerate(elements):
         if not isinstance(value, torch.fx.Node) or value in scalars:
             outputs.append(frozenset())
             output_facts.append(None)
             exact.append(False)
             continue
-        sids = analysis.storage_of(value)
-        if UNKNOWN_STORAGE in sids:
-            raise OpaqueSubgraph(f"output {k} ({value.name}) may live in any storage (R5 e)")
-        aliased: set[int] = set()
-        for sid in sids:
-            if sid in by_storage:
-                aliased.update(by_storage[sid])
-                continue
-            role = analysis.storage_role(sid)
-            if role is not Role.INTERMEDIATE:
-                raise OpaqueSubgraph(f"output {k} ({value.name}) lives in {role.value} memory (R5 e)")
-            other = fresh_owner.setdefault(sid, k)
-            if other != k:
-                raise OpaqueSubgraph(f"outputs {other} and {k} may share the fresh storage {sid} (R5 f)")
+        aliased = _output_aliases(analysis, k, value, by_storage, fresh_owner)
         outputs.append(frozenset(aliased & tensor_positions))
         output_facts.append(analysis.facts_of(value))
         exact.append(analysis.region_of(value) is not None)
+    return outputs, output_facts, exact
 
-    def touched(p: torch.fx.Node, kind: str) -> bool:
-        return any(
-            acc.value not in scalars and acc.node is not out_node for acc in analysis.accesses_overlapping(p, kind)
-        )
 
-    reads = frozenset(i for i in tensor_positions if touched(placeholders[i], "read"))
-    writes = frozenset(i for i in tensor_positions if touched(placeholders[i], "write"))
-    return SubgraphSummary(
-        num_inputs=len(placeholders),
-        reads=reads,
-        writes=writes,
-        outputs=tuple(outputs),
-        single_output=single,
-        input_facts=tuple(input_facts),
-        output_facts=tuple(output_facts),
-        exact_outputs=tuple(exact),
-    )
+def _output_aliases(
+    analysis: SubgraphAnalysis,
+    k: int,
+    value: torch.fx.Node,
+    by_storage: Mapping[str, list[int]],
+    fresh_owner: dict[str, int],
+) -> set[int]:
+    """The input positions output ``k`` may alias; raise when it may live in unknown, constant
+    or parameter memory (R5 e), or share a fresh storage with an earlier output (R5 f,
+    ``fresh_owner`` records the first output of each fresh storage)."""
+    sids = analysis.storage_of(value)
+    if UNKNOWN_STORAGE in sids:
+        raise OpaqueSubgraph(f"output {k} ({value.name}) may live in any storage (R5 e)")
+    aliased: set[int] = set()
+    for sid in sids:
+        if sid in by_storage:
+            aliased.update(by_storage[sid])
+            continue
+        role = analysis.storage_role(sid)
+        if role is not Role.INTERMEDIATE:
+            raise OpaqueSubgraph(f"output {k} ({value.name}) lives in {role.value} memory (R5 e)")
+        other = fresh_owner.setdefault(sid, k)
+        if other != k:
+            raise OpaqueSubgraph(f"outputs {other} and {k} may share the fresh storage {sid} (R5 f)")
+    return aliased
+
+
+def _touched(
+    analysis: SubgraphAnalysis, p: torch.fx.Node, kind: str, scalars: set[torch.fx.Node], out_node: torch.fx.Node | None
+) -> bool:
+    """Whether some access of ``kind`` (other than the output's) overlaps placeholder ``p``."""
+    return any(acc.value not in scalars and acc.node is not out_node for acc in analysis.accesses_overlapping(p, kind))
 
 
 # ---------------------------------------------------------------------------

@@ -757,18 +757,8 @@ def run_campaign(
     done: dict[str, Outcome] = dict(results.done) if results else {}
     resumed = len(done)
     pending = (item for item in items if item.key not in done)
-    fn = _importable(fn)
-    executor: _Executor
-    if options.ray_address is not None:
-        executor = _RayPool(options.ray_address, options.jobs or 1, fn, settings, options.imports)
-    elif options.jobs is None:
-        executor = _InProcess(fn, settings)
-        _import_modules(options.imports)
-    else:
-        executor = _LocalProcesses(options.jobs, fn, settings, options.imports)
-    again: deque[_Task] = deque()
+    executor = _executor(_importable(fn), settings, options)
     not_started: list[str] = []
-    limit = options.item_timeout
 
     def record(outcome: Outcome) -> None:
         done[outcome.key] = outcome
@@ -777,9 +767,7 @@ def run_campaign(
         if progress is not None:
             progress(outcome, len(done), total)
 
-    def next_task() -> _Task | None:
-        if again:
-            return again.popleft()
+    def next_new_task() -> _Task | None:
         for item in pending:
             if options.time_budget is not None and time.monotonic() - start >= options.time_budget:
                 not_started.append(item.key)
@@ -790,37 +778,63 @@ def run_campaign(
         return None
 
     try:
-        exhausted = False
-        while True:
-            while not exhausted and len(executor.running()) < executor.slots:
-                task = next_task()
-                if task is None:
-                    exhausted = True
-                    break
-                executor.submit(task)
-            running = executor.running()
-            if not running:
-                break
-            now = time.monotonic()
-            clocks = [t.started + limit - now for t in running if limit is not None and t.started]
-            wait = max(0.0, min(clocks)) if clocks else 1.0
-            for _task, data in executor.wait(min(wait, 1.0)):
-                record(Outcome.from_json(data))
-            if executor.resubmit:
-                again.extend(executor.resubmit)
-                executor.resubmit = []
-                exhausted = False
-            if limit is not None:
-                for task in executor.running():
-                    if task.started and time.monotonic() - task.started > limit:
-                        again.extend(executor.kill(task))
-                        exhausted = False
-                        record(Outcome(task.item.key, "timeout", None, f"over the item time limit of {limit:g} s", time.monotonic() - task.started))
+        _drive(executor, next_new_task, record, options.item_timeout)
     finally:
         executor.close()
         if results is not None:
             results.close()
     return CampaignRun(done, tuple(not_started), resumed, time.monotonic() - start)
+
+
+def _executor(fn: ItemFn, settings: dict[str, Any], options: CampaignOptions) -> _Executor:
+    """The executor ``options`` ask for: a Ray pool, this process (its imports made here), or local workers."""
+    if options.ray_address is not None:
+        return _RayPool(options.ray_address, options.jobs or 1, fn, settings, options.imports)
+    if options.jobs is None:
+        executor = _InProcess(fn, settings)
+        _import_modules(options.imports)
+        return executor
+    return _LocalProcesses(options.jobs, fn, settings, options.imports)
+
+
+def _drive(
+    executor: _Executor,
+    next_new_task: Callable[[], _Task | None],
+    record: Callable[[Outcome], None],
+    limit: float | None,
+) -> None:
+    """Keep ``executor``'s slots full until no task is left, recording each outcome.
+
+    Tasks that a restart, or the kill of a task past ``limit`` seconds, stopped before they
+    finished run again first; then new ones (``next_new_task``: None once there are no more).
+    """
+    again: deque[_Task] = deque()
+    exhausted = False
+    while True:
+        while not exhausted and len(executor.running()) < executor.slots:
+            task = again.popleft() if again else next_new_task()
+            if task is None:
+                exhausted = True
+                break
+            executor.submit(task)
+        running = executor.running()
+        if not running:
+            break
+        now = time.monotonic()
+        clocks = [t.started + limit - now for t in running if limit is not None and t.started]
+        wait = max(0.0, min(clocks)) if clocks else 1.0
+        for _task, data in executor.wait(min(wait, 1.0)):
+            record(Outcome.from_json(data))
+        if executor.resubmit:
+            again.extend(executor.resubmit)
+            executor.resubmit = []
+            exhausted = False
+        if limit is not None:
+            for task in executor.running():
+                if task.started and time.monotonic() - task.started > limit:
+                    again.extend(executor.kill(task))
+                    exhausted = False
+                    record(Outcome(task.item.key, "timeout", None, f"over the item time limit of {limit:g} s", time.monotonic() - task.started))
 
 
 def _square(settings: dict[str, Any], payload: Any) -> Any:

@@ -756,23 +756,11 @@ def audit_layouts(
         def one(classes: Sequence[str], info: Any = info, key: str = key, dtype: torch.dtype = dtype) -> _OpRun:
             return _audit_op(info, key, dtype, classes, max_samples, sample_timeout, cache)
 
-        result = _isolated(lambda: one(layouts)) if isolate else one(layouts)
-        if isinstance(result, str):  # the process died: again class by class, to keep what does not crash
-            crashed = []
-            for layout in layouts:
-                part = _isolated(lambda layout=layout: one([layout]))  # type: ignore[misc]
-                if isinstance(part, str):
-                    crashed.append(layout)
-                    total.skips[f"crashed the process ({part})"] += 1
-                else:
-                    total.merge(part)
-            crashes[key] = crashed
-            found = -1
-        else:
-            total.merge(result)
-            found = len(result.divergences)
+        found = _run_op(one, layouts, isolate, total)
+        if isinstance(found, list):
+            crashes[key] = found
         if progress is not None:
-            what = f"{found} divergent calls" if found >= 0 else f"crashed in {', '.join(crashes[key])}"
+            what = f"{found} divergent calls" if isinstance(found, int) else f"crashed in {', '.join(found)}"
             progress(f"{key}: {dtypes[key]}, {what}, {time.monotonic() - t0:.1f} s")
     settings = {
         "ops": list(ops) if ops is not None else None,
@@ -788,6 +776,27 @@ def audit_layouts(
         tuple(total.divergences), tuple(total.hidden), dict(total.checked), dict(total.unsupported), dtypes, not_run, dict(total.skips),
         crashes, settings, time.monotonic() - start,
     )
+
+
+def _run_op(one: Callable[[Sequence[str]], _OpRun], layouts: Sequence[str], isolate: bool, total: _OpRun) -> int | list[str]:
+    """One op in every layout class (``one(classes)``; in a forked child with ``isolate``), merged into ``total``.
+
+    Returns the number of divergent calls it found, or, where it crashed its process, the
+    layout classes in which it crashes again when run class by class (what does not crash is kept).
+    """
+    result = _isolated(lambda: one(layouts)) if isolate else one(layouts)
+    if not isinstance(result, str):
+        total.merge(result)
+        return len(result.divergences)
+    crashed = []  # the process died: again class by class, to keep what does not crash
+    for layout in layouts:
+        part = _isolated(lambda layout=layout: one([layout]))  # type: ignore[misc]
+        if isinstance(part, str):
+            crashed.append(layout)
+            total.skips[f"crashed the process ({part})"] += 1
+        else:
+            total.merge(part)
+    return crashed
 
 
 def _audit_op(
@@ -903,6 +912,16 @@ def render_markdown(data: dict[str, Any]) -> str:
     >>> text.splitlines()[0], "`aten.roll.default`" in text
     ('# Layout audit', True)
     """
+    lines = _figure_lines(data)
+    lines += _overload_lines(data["pairs"])
+    lines += _pair_lines(data["pairs"])
+    lines += _hidden_lines(data["hidden_pairs"])
+    lines += _not_audited_lines(data)
+    return "\n".join(lines) + "\n"
+
+
+def _figure_lines(data: dict[str, Any]) -> list[str]:
+    """The title, what was run, the table of headline figures and the table per layout class."""
     s = data["summary"]
     st = data["settings"]
     limit = f"the first {st['max_samples']}" if st.get("max_samples") else "all"
@@ -941,7 +960,12 @@ def render_markdown(data: dict[str, Any]) -> str:
     ]
     for layout, f in s["by_layout"].items():
         lines.append(f"| {layout} | {f['calls']} | {f['divergent']} |")
-    lines += [
+    return lines
+
+
+def _overload_lines(pairs: list[dict[str, Any]]) -> list[str]:
+    """The divergent overloads: the layout classes each diverged in, and which runs diverged."""
+    lines = [
         "",
         "## Divergent overloads",
         "",
@@ -953,14 +977,25 @@ def render_markdown(data: dict[str, Any]) -> str:
         "| --- | --- | --- |",
     ]
     summary: dict[str, tuple[list[str], set[str]]] = {}
-    for p in data["pairs"]:
+    for p in pairs:
         classes, runs = summary.setdefault(p["overload"], ([], set()))
         classes.append(p["layout"])
         for ev in p["evidence"]:
             runs.update(ev.get("by", "").split())
     for overload, (classes, runs) in summary.items():
         lines.append(f"| `{overload}` | {', '.join(classes)} | {' '.join(sorted(runs))} |")
-    lines += [
+    return lines
+
+
+def _cell(x: Any) -> str:
+    """A table cell of evidence: its layouts (or the error text), ``|`` escaped, at most 160 characters."""
+    text = x if isinstance(x, str) else " ".join(x)
+    return text.replace("|", "\\|")[:160]
+
+
+def _pair_lines(pairs: list[dict[str, Any]]) -> list[str]:
+    """The divergent (overload, layout class) pairs, each with its first divergent call."""
+    lines = [
         "",
         "## Divergent (overload, layout) pairs",
         "",
@@ -969,33 +1004,39 @@ def render_markdown(data: dict[str, Any]) -> str:
         "| overload | layout | divergent / compared | OpInfos | inputs | eager | meta | fake |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-
-    def cell(x: Any) -> str:
-        text = x if isinstance(x, str) else " ".join(x)
-        return text.replace("|", "\\|")[:160]
-
-    for p in data["pairs"]:
+    for p in pairs:
         ev = p["evidence"][0]
         opinfos = ", ".join(p["opinfos"][:3]) + (", ..." if len(p["opinfos"]) > 3 else "")
         lines.append(
             f"| `{p['overload']}` | {p['layout']} | {p['divergent_calls']} / {p['calls_compared']} | {opinfos} | "
-            f"{cell(ev['inputs'])} | {cell(ev['eager'])} | {cell(ev['meta'])} | {cell(ev['fake'])} |"
+            f"{_cell(ev['inputs'])} | {_cell(ev['eager'])} | {_cell(ev['meta'])} | {_cell(ev['fake'])} |"
         )
-    hidden = data["hidden_pairs"]
-    if hidden:
-        lines += [
-            "",
-            "## Differences in results without elements only",
-            "",
-            "Not divergences: a tensor without elements addresses no memory, so its strides and offset are "
-            "unobservable (no view of it raises, `check_equivalent` compares only its sizes); where they reach a "
-            "result with elements, that result is compared. Overload (layout classes, calls):",
-            "",
-        ]
-        by_overload: dict[str, list[str]] = {}
-        for p in hidden:
-            by_overload.setdefault(p["overload"], []).append(f"{p['layout']} {p['divergent_calls']}")
-        lines += [f"- `{o}` ({', '.join(v)})" for o, v in by_overload.items()]
+    return lines
+
+
+def _hidden_lines(hidden: list[dict[str, Any]]) -> list[str]:
+    """The overloads whose results differ only in the layout of results without elements (if any)."""
+    if not hidden:
+        return []
+    lines = [
+        "",
+        "## Differences in results without elements only",
+        "",
+        "Not divergences: a tensor without elements addresses no memory, so its strides and offset are "
+        "unobservable (no view of it raises, `check_equivalent` compares only its sizes); where they reach a "
+        "result with elements, that result is compared. Overload (layout classes, calls):",
+        "",
+    ]
+    by_overload: dict[str, list[str]] = {}
+    for p in hidden:
+        by_overload.setdefault(p["overload"], []).append(f"{p['layout']} {p['divergent_calls']}")
+    lines += [f"- `{o}` ({', '.join(v)})" for o, v in by_overload.items()]
+    return lines
+
+
+def _not_audited_lines(data: dict[str, Any]) -> list[str]:
+    """What was not audited (if anything): samples skipped, OpInfos that crashed the process, OpInfos not run."""
+    lines: list[str] = []
     if data["skips"]:
         lines += ["", "## Re-laid-out samples skipped", "", "| reason | count |", "| --- | --- |"]
         lines += [f"| {k} | {v} |" for k, v in data["skips"].items()]
@@ -1005,7 +1046,7 @@ def render_markdown(data: dict[str, Any]) -> str:
     if data["not_run"]:
         lines += ["", "## OpInfos not run", "", "| OpInfo | reason |", "| --- | --- |"]
         lines += [f"| `{k}` | {v} |" for k, v in data["not_run"].items()]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 # ---------------------------------------------------------------------------
@@ -1116,17 +1157,50 @@ def render_table(*results: dict[str, Any]) -> str:
     named, with their releases, in the docstring and beside their rows.
     """
     union = _unite(results)
-    by_release = {release_of(d): d for d in results}
-    bullet = textwrap.TextWrapper(width=88, subsequent_indent="  ")
+    return (
+        _table_header(union, _measured_text(union, results))
+        + _table_block(
+            union,
+            "LAYOUT_DIVERGENT_OVERLOADS",
+            "Overloads seen diverging, on meta or fake tensors (``aten.<op>`` alone: the op's function as a whole).",
+            list(union.divergent.items()),
+        )
+        + "\n"
+        + _table_block(
+            union,
+            "FAKE_DIVERGENT_OVERLOADS",
+            "Those whose fake kernel diverged (the recorded ``meta['val']`` of ``make_fx`` and ``torch.export``).",
+            list(union.fake.items()),
+        )
+        + "\n"
+        + _table_block(
+            union,
+            "AGREEING_SIBLINGS",
+            "Overloads of those ops that the audit ran and never saw diverge (trusted; others of the ops are not).",
+            [(o, None) for o in union.siblings],
+        )
+        + _TABLE_FOOTER
+    )
 
-    def row(name: str, releases: tuple[str, ...] | None) -> str:
+
+#: Lines of the table's docstring that list releases and overloads.
+_BULLET = textwrap.TextWrapper(width=88, subsequent_indent="  ")
+
+
+def _table_block(union: _Union, name: str, doc: str, rows: Sequence[tuple[str, tuple[str, ...] | None]]) -> str:
+    """One frozenset of the table: a row per overload, each with the releases it holds on unless it holds on all."""
+
+    def row(overload: str, releases: tuple[str, ...] | None) -> str:
         note = "" if releases is None or releases == union.releases else f"  # {', '.join(releases)} only"
-        return f'        "{name}",{note}\n'
+        return f'        "{overload}",{note}\n'
 
-    def block(name: str, doc: str, rows: Sequence[tuple[str, tuple[str, ...] | None]]) -> str:
-        body = "".join(row(n, rs) for n, rs in rows)
-        return f"#: {doc}\n{name}: frozenset[str] = frozenset(\n    {{\n{body}    }}\n)\n"
+    body = "".join(row(n, rs) for n, rs in rows)
+    return f"#: {doc}\n{name}: frozenset[str] = frozenset(\n    {{\n{body}    }}\n)\n"
 
+
+def _measured_text(union: _Union, results: Sequence[dict[str, Any]]) -> str:
+    """The paragraphs of the table's docstring that say what was measured on which release."""
+    by_release = {release_of(d): d for d in results}
     scans = sorted({_scan_text(d) for d in by_release.values()})
     measured = []
     for release in union.releases:
@@ -1135,7 +1209,7 @@ def render_table(*results: dict[str, Any]) -> str:
         scan = "" if len(scans) == 1 else f"; {_scan_text(d)}"
         where = results_path(release, ".{json,md}").relative_to(RESULTS_DIR.parents[1])
         measured.append(
-            bullet.fill(
+            _BULLET.fill(
                 f"- torch {d['torch_version']}: {s['opinfos_run']} OpInfos, {s['calls_compared']} ATen calls "
                 f"compared, {s['divergent_calls']} divergent, over {s['divergent_overloads']} overloads "
                 f"({s['runtime_s']} s{scan}; ``{where}``)"
@@ -1148,39 +1222,49 @@ def render_table(*results: dict[str, Any]) -> str:
         ";\n".join(measured) + ".",
     ]
     if len(releases) > 1:
-        paragraphs.append(
-            textwrap.fill(
-                "The table is the union of these results, conservative: an overload seen diverging on any "
-                "release observes on every one, and an overload of a divergent op is trusted "
-                "(``AGREEING_SIBLINGS``) only where every release ran it and none saw it diverge.",
-                width=88,
-            )
+        paragraphs += _union_paragraphs(union)
+    return "\n\n".join(paragraphs)
+
+
+def _union_paragraphs(union: _Union) -> list[str]:
+    """For several releases: how the table unites them, and the overloads that diverge on some releases only."""
+    releases = union.releases
+    paragraphs = [
+        textwrap.fill(
+            "The table is the union of these results, conservative: an overload seen diverging on any "
+            "release observes on every one, and an overload of a divergent op is trusted "
+            "(``AGREEING_SIBLINGS``) only where every release ran it and none saw it diverge.",
+            width=88,
         )
-        partial = [
-            (o, rs, union.fake.get(o, ()))
-            for o, rs in union.divergent.items()
-            if rs != releases or union.fake.get(o, releases) != releases
-        ]
-        if partial:
-            paragraphs.append(
-                textwrap.fill(
-                    "Overloads that diverge on some of these releases only, and on which (every other "
-                    "overload listed diverges on all of them; the releases where an overload's fake kernel "
-                    "diverges are named where they are others):",
-                    width=88,
-                )
-            )
-            lines = []
-            for o, rs, fs in partial:
-                fake = "" if not fs or fs == rs else f" (its fake kernel: {', '.join(fs)})"
-                lines.append(bullet.fill(f"- ``{o}``: {', '.join(rs)}{fake}"))
-            paragraphs.append("\n".join(lines))
-        else:
-            paragraphs.append("Every overload listed diverges on every one of these releases.")
+    ]
+    partial = [
+        (o, rs, union.fake.get(o, ()))
+        for o, rs in union.divergent.items()
+        if rs != releases or union.fake.get(o, releases) != releases
+    ]
+    if not partial:
+        return [*paragraphs, "Every overload listed diverges on every one of these releases."]
+    paragraphs.append(
+        textwrap.fill(
+            "Overloads that diverge on some of these releases only, and on which (every other "
+            "overload listed diverges on all of them; the releases where an overload's fake kernel "
+            "diverges are named where they are others):",
+            width=88,
+        )
+    )
+    lines = []
+    for o, rs, fs in partial:
+        fake = "" if not fs or fs == rs else f" (its fake kernel: {', '.join(fs)})"
+        lines.append(_BULLET.fill(f"- ``{o}``: {', '.join(rs)}{fake}"))
+    paragraphs.append("\n".join(lines))
+    return paragraphs
+
+
+def _table_header(union: _Union, measured_text: str) -> str:
+    """The table module's docstring (what it is, how it is regenerated, what was measured), ``__all__`` and versions."""
     command = REGENERATE.replace(" --write-table", " \\\n        --write-table")
     versions = "".join(f'    "{r}": "{v}",\n' for r, v in union.versions.items())
-    measured_text = "\n\n".join(paragraphs)
-    header = f"""\
+    return f"""\
 \"\"\"Ops whose meta or fake kernels lay results out otherwise than their eager CPU kernels.
 
 Generated by the layout audit (:mod:`aliasing.verification.layout_audit`) from the results committed
@@ -1218,7 +1302,10 @@ TORCH_VERSIONS: dict[str, str] = {{
 {versions}}}
 
 """
-    footer = '''
+
+
+#: The end of the table module: its two functions.
+_TABLE_FOOTER = '''
 _PACKETS = frozenset(".".join(o.split(".")[:2]) for o in LAYOUT_DIVERGENT_OVERLOADS)
 _FAKE_PACKETS = frozenset(".".join(o.split(".")[:2]) for o in FAKE_DIVERGENT_OVERLOADS)
 
@@ -1254,27 +1341,6 @@ def fake_layout_divergent(overload: str) -> bool:
     """
     return _listed(overload, FAKE_DIVERGENT_OVERLOADS, _FAKE_PACKETS)
 '''
-    return (
-        header
-        + block(
-            "LAYOUT_DIVERGENT_OVERLOADS",
-            "Overloads seen diverging, on meta or fake tensors (``aten.<op>`` alone: the op's function as a whole).",
-            list(union.divergent.items()),
-        )
-        + "\n"
-        + block(
-            "FAKE_DIVERGENT_OVERLOADS",
-            "Those whose fake kernel diverged (the recorded ``meta['val']`` of ``make_fx`` and ``torch.export``).",
-            list(union.fake.items()),
-        )
-        + "\n"
-        + block(
-            "AGREEING_SIBLINGS",
-            "Overloads of those ops that the audit ran and never saw diverge (trusted; others of the ops are not).",
-            [(o, None) for o in union.siblings],
-        )
-        + footer
-    )
 
 
 def write_table(path: Path, *results: dict[str, Any]) -> None:
@@ -1292,6 +1358,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     >>> main(["--ops", "abs", "--max-samples", "1", "--quiet"])
     0
     """
+    parser = _parser()
+    args = parser.parse_args(argv)
+    directory = args.results or RESULTS_DIR
+    if args.table_only:
+        if args.write_table is None or args.json or args.markdown:
+            parser.error("--table-only writes only --write-table (and needs it)")
+        args.write_table.write_text(_table(parser, directory, None))
+        return 0
+    try:
+        report = audit_layouts(
+            args.ops,
+            layouts=tuple(args.classes) if args.classes else LAYOUTS,
+            max_samples=args.max_samples or None,
+            seconds=args.seconds,
+            sample_timeout=args.sample_timeout,
+            progress=None if args.quiet else _progress,
+        )
+    except LayoutAuditError as err:
+        parser.error(str(err))
+    _write_outputs(parser, args, directory, report.to_json())
+    if not args.quiet:
+        summary = report.summary()
+        for k in ("opinfos_run", "calls_compared", "divergent_calls", "divergent_pairs", "divergent_packets", "runtime_s"):
+            print(f"{k}: {summary[k]}", file=sys.stderr)
+        print("divergent packets: " + ", ".join(sorted(report.divergent_packets)), file=sys.stderr)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The options of ``python -m aliasing.verification.audit --layouts``."""
     parser = argparse.ArgumentParser(
         prog="python -m aliasing.verification.audit --layouts",
         description="Compare meta and fake result layouts with eager CPU over PyTorch's OpInfo samples.",
@@ -1315,39 +1411,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--table-only", action="store_true", help="run no audit: --write-table from the committed results only")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    args = parser.parse_args(argv)
-    directory = args.results or RESULTS_DIR
+    return parser
 
-    def table(extra: dict[str, Any] | None) -> str:
-        try:
-            results = committed_results(directory)
-            if extra is not None:
-                results[release_of(extra)] = extra
-            return render_table(*results.values())
-        except LayoutAuditError as err:
-            parser.error(str(err))
 
-    if args.table_only:
-        if args.write_table is None or args.json or args.markdown:
-            parser.error("--table-only writes only --write-table (and needs it)")
-        args.write_table.write_text(table(None))
-        return 0
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
 
+def _table(parser: argparse.ArgumentParser, directory: Path, extra: dict[str, Any] | None) -> str:
+    """:func:`render_table` of the results in ``directory``, ``extra`` standing for its release (errors exit as usage errors)."""
     try:
-        report = audit_layouts(
-            args.ops,
-            layouts=tuple(args.classes) if args.classes else LAYOUTS,
-            max_samples=args.max_samples or None,
-            seconds=args.seconds,
-            sample_timeout=args.sample_timeout,
-            progress=None if args.quiet else progress,
-        )
+        results = committed_results(directory)
+        if extra is not None:
+            results[release_of(extra)] = extra
+        return render_table(*results.values())
     except LayoutAuditError as err:
         parser.error(str(err))
-    data = report.to_json()
+
+
+def _write_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace, directory: Path, data: dict[str, Any]) -> None:
+    """Write the JSON report, the Markdown summary and the table where the options say."""
     outputs: list[tuple[Path | None, Callable[[], str]]] = [
         (args.json, lambda: json.dumps(data, indent=1) + "\n"),
         (args.markdown, lambda: render_markdown(data)),
@@ -1358,14 +1441,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             (results_path(release, ".json", args.results), lambda: json.dumps(data, indent=1) + "\n"),
             (results_path(release, ".md", args.results), lambda: render_markdown(data)),
         ]
-    outputs.append((args.write_table, lambda: table(data)))
+    outputs.append((args.write_table, lambda: _table(parser, directory, data)))
     for path, text in outputs:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text())
-    if not args.quiet:
-        summary = report.summary()
-        for k in ("opinfos_run", "calls_compared", "divergent_calls", "divergent_pairs", "divergent_packets", "runtime_s"):
-            print(f"{k}: {summary[k]}", file=sys.stderr)
-        print("divergent packets: " + ", ".join(sorted(report.divergent_packets)), file=sys.stderr)
-    return 0

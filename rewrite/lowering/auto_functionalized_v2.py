@@ -41,15 +41,6 @@ aten = torch.ops.aten
 
 def lower_auto_functionalized_v2(b: Builder, node: torch.fx.Node) -> LoweredCall:
     """Clones of the bases, the argument views regenerated on them, the mutable op, the replacements."""
-    from torch._higher_order_ops.auto_functionalize import (
-        AliasViewInfo,
-        AsStridedViewInfo,
-        NotView,
-        SliceViewInfo,
-        get_mutable_args_from_schema,
-        read_view_information_from_args,
-    )
-
     op = node.args[0]
     if not isinstance(op, torch._ops.OpOverload):
         raise LoweringSkip("the mutable op is a higher-order op")
@@ -60,50 +51,86 @@ def lower_auto_functionalized_v2(b: Builder, node: torch.fx.Node) -> LoweredCall
     if torch._library.utils.is_out(op):
         return lower_v2_out(b, node, op, kwargs)
     users = getitem_users(node)
-    names, types = get_mutable_args_from_schema(op._schema)
-    try:
-        infos = read_view_information_from_args(names, types, kwargs, list(bases))
-    except Exception as e:
-        raise LoweringSkip(f"unreadable view information: {type(e).__name__}: {e}") from e
-    if any(k.startswith("_") and k not in {a.name for a in op._schema.arguments} for k in kwargs):
-        raise LoweringSkip(f"unrecognised wrapper arguments {sorted(k for k in kwargs if k.startswith('_'))}")
-    copies: list[Copy] = []
-    for base in bases:
-        if not isinstance(base, torch.fx.Node):
-            raise LoweringSkip("a base is not a node")
-        copies.append(copy_preserving(b, base))
-
-    def regenerate(info: Any) -> torch.fx.Node:
-        cp: Copy = copies[info.base_index]
-        if isinstance(info, NotView):
-            return cp.value
-        if isinstance(info, AliasViewInfo):
-            return b.call(aten.alias.default, (cp.value,))
-        if isinstance(info, SliceViewInfo):
-            return b.call(aten.slice.Tensor, (cp.value, info.dim, info.start, info.end))
-        if isinstance(info, AsStridedViewInfo):
-            replayed = _replay_view_chain(b, info, bases[info.base_index], cp.value)
-            if replayed is not None:
-                return replayed
-            # Offsets are absolute in the base's storage; the clone has the same storage
-            # coordinates (it copies the base, the flat prefix of its storage, or its root).
-            return b.call(aten.as_strided.default, (cp.clone, list(info.size), list(info.stride), info.storage_offset))
-        raise LoweringSkip(f"unknown view information {type(info).__name__}")
-
-    for name in names:
-        info = infos.get(name)
-        if info is None:
-            kwargs[name] = None
-        elif isinstance(info, list):
-            kwargs[name] = [None if i is None else regenerate(i) for i in info]
-        else:
-            kwargs[name] = regenerate(info)
+    names, infos = _view_information(op, kwargs, bases)
+    copies = _copy_bases(b, bases)
+    _regenerate_arguments(b, names, infos, bases, copies, kwargs)
     call = emit_op(b, op, kwargs)
     repl, first = output_replacements(b, op, call, users)
     for j, cp in enumerate(copies):
         if first + j in users:
             repl[first + j] = cp.value
     return [cp.clone for cp in copies], call, repl
+
+
+def _view_information(
+    op: torch._ops.OpOverload, kwargs: dict[str, Any], bases: list[Any] | tuple[Any, ...]
+) -> tuple[list[str], dict[str, Any]]:
+    """The mutable arguments' names and the view information the wrapper recorded for each;
+    skip when it cannot be read or the wrapper has arguments this lowering does not know."""
+    from torch._higher_order_ops.auto_functionalize import (
+        get_mutable_args_from_schema,
+        read_view_information_from_args,
+    )
+
+    names, types = get_mutable_args_from_schema(op._schema)
+    try:
+        infos: dict[str, Any] = read_view_information_from_args(names, types, kwargs, list(bases))
+    except Exception as e:
+        raise LoweringSkip(f"unreadable view information: {type(e).__name__}: {e}") from e
+    if any(k.startswith("_") and k not in {a.name for a in op._schema.arguments} for k in kwargs):
+        raise LoweringSkip(f"unrecognised wrapper arguments {sorted(k for k in kwargs if k.startswith('_'))}")
+    return names, infos
+
+
+def _copy_bases(b: Builder, bases: list[Any] | tuple[Any, ...]) -> list[Copy]:
+    """A layout-preserving clone of each base."""
+    copies: list[Copy] = []
+    for base in bases:
+        if not isinstance(base, torch.fx.Node):
+            raise LoweringSkip("a base is not a node")
+        copies.append(copy_preserving(b, base))
+    return copies
+
+
+def _regenerate_arguments(
+    b: Builder,
+    names: list[str],
+    infos: dict[str, Any],
+    bases: list[Any] | tuple[Any, ...],
+    copies: list[Copy],
+    kwargs: dict[str, Any],
+) -> None:
+    """Set each mutable argument of ``kwargs`` to its view regenerated on the clones (None where
+    the wrapper recorded none; a list for a list argument)."""
+    for name in names:
+        info = infos.get(name)
+        if info is None:
+            kwargs[name] = None
+        elif isinstance(info, list):
+            kwargs[name] = [None if i is None else _regenerate_view(b, i, bases, copies) for i in info]
+        else:
+            kwargs[name] = _regenerate_view(b, info, bases, copies)
+
+
+def _regenerate_view(b: Builder, info: Any, bases: list[Any] | tuple[Any, ...], copies: list[Copy]) -> torch.fx.Node:
+    """One argument view, from its recorded view information, on the clone of its base."""
+    from torch._higher_order_ops.auto_functionalize import AliasViewInfo, AsStridedViewInfo, NotView, SliceViewInfo
+
+    cp: Copy = copies[info.base_index]
+    if isinstance(info, NotView):
+        return cp.value
+    if isinstance(info, AliasViewInfo):
+        return b.call(aten.alias.default, (cp.value,))
+    if isinstance(info, SliceViewInfo):
+        return b.call(aten.slice.Tensor, (cp.value, info.dim, info.start, info.end))
+    if isinstance(info, AsStridedViewInfo):
+        replayed = _replay_view_chain(b, info, bases[info.base_index], cp.value)
+        if replayed is not None:
+            return replayed
+        # Offsets are absolute in the base's storage; the clone has the same storage
+        # coordinates (it copies the base, the flat prefix of its storage, or its root).
+        return b.call(aten.as_strided.default, (cp.clone, list(info.size), list(info.stride), info.storage_offset))
+    raise LoweringSkip(f"unknown view information {type(info).__name__}")
 
 
 def _replay_view_chain(b: Builder, info: Any, base: Any, copy: torch.fx.Node) -> torch.fx.Node | None:

@@ -289,28 +289,49 @@ def _decide_clone(state: PlanningState, clone: torch.fx.Node) -> tuple[Decision,
 
 
 def _decide_replacement(state: PlanningState, clone: torch.fx.Node) -> Decision:
-    a = state.analysis
-    name = clone.name
+    """C1-C8 in named steps: known metadata, the layout (C1), the clone's accesses, then the judgement."""
     original = state.resolve(clone.args[0])  # type: ignore[arg-type]
 
     def keep(reason: Reason, *ev: torch.fx.Node) -> Decision:
-        return Decision(name, "keep", reason, tuple(e.name for e in ev), original.name)
+        return Decision(clone.name, "keep", reason, tuple(e.name for e in ev), original.name)
 
-    fc, fo = a.facts_of(clone), a.facts_of(original)
+    fc, fo = state.analysis.facts_of(clone), state.analysis.facts_of(original)
     if fc is None or fo is None:
         return keep(Reason.UNKNOWN_STORAGE, *([] if fc else [clone]), *([] if fo else [original]))
-    # C1 layout; refined: a change of strides or offset that no consumer observes.
-    relocated = False
-    suspect = suspect_layout(a, clone, original) if "C1" not in state.unchecked else None
+    relocated = _check_layout(state, clone, original, fc, fo, keep)
+    if isinstance(relocated, Decision):
+        return relocated
+    gathered = _gather(state, clone, original, relocated, keep)
+    if isinstance(gathered, Decision):
+        return gathered
+    return _judge(state, *gathered, keep)
+
+
+def _check_layout(
+    state: PlanningState, clone: torch.fx.Node, original: torch.fx.Node, fc: TensorFacts, fo: TensorFacts, keep: Keep
+) -> Decision | bool:
+    """C1 (and C1 refined): the keep decision, or whether the clone changes a layout nothing observes."""
+    if "C1" in state.unchecked:
+        return False
+    a = state.analysis
+    suspect = suspect_layout(a, clone, original)
     if suspect is not None:  # recorded downstream of a fake kernel that lies about layouts
         return keep(Reason.LAYOUT, original, *([suspect] if suspect is not original else []))
-    if "C1" not in state.unchecked and not same_layout(fc, fo):
-        if not _layout_only_change(fc, fo) or "layout" not in state.refine:
-            return keep(Reason.LAYOUT, original)
-        observer = layout_observer(a, clone, fo, state.users, state.dead, state.resolve)
-        if observer is not None:
-            return keep(Reason.LAYOUT, original, *([observer] if observer is not clone else []))
-        relocated = True
+    if same_layout(fc, fo):
+        return False
+    if not _layout_only_change(fc, fo) or "layout" not in state.refine:
+        return keep(Reason.LAYOUT, original)
+    observer = layout_observer(a, clone, fo, state.users, state.dead, state.resolve)
+    if observer is not None:
+        return keep(Reason.LAYOUT, original, *([observer] if observer is not clone else []))
+    return True
+
+
+def _gather(
+    state: PlanningState, clone: torch.fx.Node, original: torch.fx.Node, relocated: bool, keep: Keep
+) -> Decision | tuple[_Clone, Region]:
+    """The clone's and the original's storage classes and the clone's accesses after it (C7)."""
+    a = state.analysis
     sc, so = a.single_storage(clone), a.single_storage(original)
     ro = state.region(original)
     if sc is None or so is None or ro is None:
@@ -319,7 +340,6 @@ def _decide_replacement(state: PlanningState, clone: torch.fx.Node) -> Decision:
     ccls, ocls = state.cls(sc), state.cls(so)
     if ccls is ocls:
         return keep(Reason.UNKNOWN_STORAGE, original)
-
     # Accesses of the clone's memory after the clone (its storage is fresh: all of it is c).
     c_reads: list[Access] = []
     c_writes: list[Access] = []
@@ -327,19 +347,19 @@ def _decide_replacement(state: PlanningState, clone: torch.fx.Node) -> Decision:
         if a.is_unknown(acc.node):
             return keep(Reason.OPAQUE_USE, acc.node)
         (c_writes if acc.kind == "write" else c_reads).append(acc)
-    info = _Clone(clone, original, pos, ccls, ocls, c_reads, c_writes, relocated)
-    removable = Reason.LAYOUT_UNOBSERVED if relocated else Reason.REMOVABLE
+    return _Clone(clone, original, pos, ccls, ocls, c_reads, c_writes, relocated), ro
 
+
+def _judge(state: PlanningState, info: _Clone, ro: Region, keep: Keep) -> Decision:
+    """C2-C5 by the original's whole region, then C6; else the fold C8; else C2-C5 refined, then C6."""
+    name, original = info.clone.name, info.original.name
     blocked = _check_c2_to_c5(state, info, ro, keep)
     if blocked is None:
-        # C6: the clone is returned.
-        if "C6" not in state.unchecked:
-            aliasing = _check_c6(state, info, keep)
-            if aliasing is not None:
-                return aliasing
-        return Decision(name, "remove", removable, (), original.name)
+        aliasing = _check_c6(state, info, keep) if "C6" not in state.unchecked else None
+        removable = Reason.LAYOUT_UNOBSERVED if info.relocated else Reason.REMOVABLE
+        return aliasing or Decision(name, "remove", removable, (), original)
     result = blocked
-    if not relocated:
+    if not info.relocated:
         # C8: C2-C5 judge the original's whole region; the fold judges the regions written.
         result = _decide_fold(state, info, blocked, keep)
         if result.action == "remove":
@@ -347,15 +367,12 @@ def _decide_replacement(state: PlanningState, clone: torch.fx.Node) -> Decision:
     # C2-C5 refined: liveness, kills, value-preserving copies, element-exact same-node effects.
     if not state.refine - {"layout"}:
         return result
-    refined = _scan(state, info, ro, keep)
+    refined = _Scan(state, info, ro, keep).run()
     if isinstance(refined, Decision):
         return result
-    if "C6" not in state.unchecked:
-        aliasing = _check_c6(state, info, keep)
-        if aliasing is not None:
-            return aliasing
-    reason = Reason.LAYOUT_UNOBSERVED if relocated else Reason.REMOVABLE_BY_DATAFLOW
-    return Decision(name, "remove", reason, tuple(n.name for n in refined), original.name)
+    aliasing = _check_c6(state, info, keep) if "C6" not in state.unchecked else None
+    reason = Reason.LAYOUT_UNOBSERVED if info.relocated else Reason.REMOVABLE_BY_DATAFLOW
+    return aliasing or Decision(name, "remove", reason, tuple(n.name for n in refined), original)
 
 
 def _check_c2_to_c5(
@@ -456,104 +473,152 @@ def _covers(written: Region | None, dirty: Region | None, whole: Region) -> bool
     return _same_region(written, whole) or _same_region(written, dirty)
 
 
-def _scan(
-    state: PlanningState, info: _Clone, ro: Region, keep: Keep
-) -> Decision | list[torch.fx.Node]:
+@dataclass
+class _Scan:
     """C2'-C5': the refined conditions, in one pass over both sides' accesses (module docstring).
 
     ``c_dirty``/``o_dirty`` hold the regions (in the original's coordinates;
     None: anywhere) where the clone's (the original's) memory holds a value the
     other side's memory does not: after the removal the one memory holds the
-    value last written through either side. Returns the keep decision of the
-    first failure, or the nodes that made the difference (dead readers, kills,
-    value-preserving copies, element-exact nodes) when every condition holds.
+    value last written through either side. :meth:`run` returns the keep
+    decision of the first failure, or the nodes that made the difference (dead
+    readers, kills, value-preserving copies, element-exact nodes) when every
+    condition holds. Each access step judges, in order, the same-node effects
+    (C4'), the reads that matter (C2', C3'), then records the step's copies and
+    writes; the end judges caller-visible memory (C5').
     """
-    croot, oroot = state.find(next(iter(info.ccls.storages))), state.find(next(iter(info.ocls.storages)))
-    c_dirty: list[Region | None] = []
-    o_dirty: list[Region | None] = []
+
+    state: PlanningState
+    info: _Clone
+    ro: Region
+    keep: Keep
+    c_dirty: list[Region | None] = field(default_factory=list)
+    o_dirty: list[Region | None] = field(default_factory=list)
     first_c_writer: torch.fx.Node | None = None
     last_o_writer: torch.fx.Node | None = None
-    helped: list[torch.fx.Node] = []
+    helped: list[torch.fx.Node] = field(default_factory=list)
 
-    def side(v: torch.fx.Node) -> str:
-        root = state.root_of(state.resolve(v))
-        return "c" if root == croot else "o" if root == oroot else ""
+    def run(self) -> Decision | list[torch.fx.Node]:
+        state, info = self.state, self.info
+        self.croot = state.find(next(iter(info.ccls.storages)))
+        self.oroot = state.find(next(iter(info.ocls.storages)))
+        steps = _steps(state, info, self.ro)
+        self.kills = "kills" in state.refine
+        self.dead_writers = (
+            _dead_writers(state, info, steps, (self.croot, self.oroot)) if "liveness" in state.refine else set()
+        )
+        for st in steps:
+            failed = self.step(st)
+            if failed is not None:
+                return failed
+        failed = self.caller_memory() if "C5" not in state.unchecked else None
+        return failed if failed is not None else list(dict.fromkeys(self.helped))
 
-    steps = _steps(state, info, ro)
-    kills = "kills" in state.refine
-    dead = _dead_writers(state, info, steps, (croot, oroot)) if "liveness" in state.refine else set()
-    for st in steps:
-        n = st.node
-        copy = _copy_between(state, info, n, ro, side) if kills else None
+    def side(self, v: torch.fx.Node) -> str:
+        root = self.state.root_of(self.state.resolve(v))
+        return "c" if root == self.croot else "o" if root == self.oroot else ""
+
+    def step(self, st: _Step) -> Decision | None:
+        """One node's accesses: the conditions, then what its copies and writes change."""
+        n, state = st.node, self.state
+        copy = _copy_between(state, self.info, n, self.ro, self.side) if self.kills else None
         if copy == "self":
-            helped.append(n)
-            continue  # a copy of a region onto itself reads and writes nothing that changes
-        dest_only = write_only_args(n) if kills else frozenset()
+            self.helped.append(n)
+            return None  # a copy of a region onto itself reads and writes nothing that changes
+        dest_only = write_only_args(n) if self.kills else frozenset()
         reads_c = [r for r, v in st.c_reads if v not in dest_only]
         reads_o = [r for r, v in st.o_reads if v not in dest_only]
-        # C4': an op reading one side where it writes the other must be element-exact there.
-        if "C4" not in state.unchecked:
-            exact = "exact" in state.refine and is_elementwise(n)
-            for w, _ in st.c_writes:
-                for r in reads_o:
-                    if _overlaps(w, r):
-                        if not (exact and _identical(w, r)):
-                            return keep(Reason.SAME_NODE_WRITES_CLONE_READS_ORIGINAL, n)
-                        helped.append(n)
-            for w, _ in st.o_writes:
-                for r in reads_c:
-                    if _overlaps(w, r):
-                        if not (exact and _identical(w, r)):
-                            return keep(Reason.SAME_NODE_WRITES_ORIGINAL_READS_CLONE, n)
-                        helped.append(n)
-        # C2', C3': reads by nodes that matter see the value their side holds.
-        if n in dead:  # its writes reach nothing live: after the removal it does not matter either
-            helped.append(n)
-            continue
+        failed = self.same_node(st, reads_c, reads_o) if "C4" not in state.unchecked else None
+        if failed is not None:
+            return failed
+        if n in self.dead_writers:  # its writes reach nothing live: after the removal it does not matter either
+            self.helped.append(n)
+            return None
         if n in state.dead:
             if reads_c or reads_o:
-                helped.append(n)
+                self.helped.append(n)
         else:
-            if "C2" not in state.unchecked:
-                for r in reads_c:
-                    if any(_overlaps(r, d) for d in o_dirty):
-                        return keep(Reason.ORIGINAL_WRITTEN, *([last_o_writer] if last_o_writer else []), n)
-            if "C3" not in state.unchecked:
-                for r in reads_o:
-                    if any(_overlaps(r, d) for d in c_dirty):
-                        writer = [first_c_writer] if first_c_writer else []
-                        return keep(Reason.CLONE_WRITTEN_ORIGINAL_READ, *writer, n)
+            failed = self.stale_reads(n, reads_c, reads_o)
+            if failed is not None:
+                return failed
         if isinstance(copy, tuple):  # copy_ between identical regions of c and o: both hold the copied value
-            region, dest_side = copy
-            if dest_side == "c":
-                o_dirty = [d for d in o_dirty if not _covers(region, d, ro)]
-            else:
-                c_dirty = [d for d in c_dirty if not _covers(region, d, ro)]
-            helped.append(n)
-            continue
+            self.copied(n, *copy)
+            return None
+        self.written(st)
+        return None
+
+    def same_node(
+        self, st: _Step, reads_c: list[Region | None], reads_o: list[Region | None]
+    ) -> Decision | None:
+        """C4': an op reading one side where it writes the other must be element-exact there."""
+        n = st.node
+        exact = "exact" in self.state.refine and is_elementwise(n)
+        for writes, reads, reason in (
+            (st.c_writes, reads_o, Reason.SAME_NODE_WRITES_CLONE_READS_ORIGINAL),
+            (st.o_writes, reads_c, Reason.SAME_NODE_WRITES_ORIGINAL_READS_CLONE),
+        ):
+            for w, _ in writes:
+                for r in reads:
+                    if _overlaps(w, r):
+                        if not (exact and _identical(w, r)):
+                            return self.keep(reason, n)
+                        self.helped.append(n)
+        return None
+
+    def stale_reads(
+        self, n: torch.fx.Node, reads_c: list[Region | None], reads_o: list[Region | None]
+    ) -> Decision | None:
+        """C2', C3': reads by nodes that matter see the value their side holds."""
+        unchecked = self.state.unchecked
+        if "C2" not in unchecked:
+            for r in reads_c:
+                if any(_overlaps(r, d) for d in self.o_dirty):
+                    return self.keep(Reason.ORIGINAL_WRITTEN, *([self.last_o_writer] if self.last_o_writer else []), n)
+        if "C3" not in unchecked:
+            for r in reads_o:
+                if any(_overlaps(r, d) for d in self.c_dirty):
+                    writer = [self.first_c_writer] if self.first_c_writer else []
+                    return self.keep(Reason.CLONE_WRITTEN_ORIGINAL_READ, *writer, n)
+        return None
+
+    def copied(self, n: torch.fx.Node, region: Region | None, dest_side: str) -> None:
+        """A value-preserving copy between the two sides: the destination holds the other side's value."""
+        if dest_side == "c":
+            self.o_dirty = [d for d in self.o_dirty if not _covers(region, d, self.ro)]
+        else:
+            self.c_dirty = [d for d in self.c_dirty if not _covers(region, d, self.ro)]
+        self.helped.append(n)
+
+    def written(self, st: _Step) -> None:
+        """The step's writes dirty their side; a kill of a region ends the other side's claim on it."""
+        n = st.node
         for w, v in st.c_writes:
-            first_c_writer = first_c_writer or n
-            if kills and writes_all_of(n, v) and w is not None:
-                kept = [d for d in o_dirty if not _covers(w, d, ro)]
-                if len(kept) < len(o_dirty):
-                    helped.append(n)
-                o_dirty = kept
-            c_dirty = _bounded([*c_dirty, w])
+            self.first_c_writer = self.first_c_writer or n
+            if self.kills and writes_all_of(n, v) and w is not None:
+                kept = [d for d in self.o_dirty if not _covers(w, d, self.ro)]
+                if len(kept) < len(self.o_dirty):
+                    self.helped.append(n)
+                self.o_dirty = kept
+            self.c_dirty = _bounded([*self.c_dirty, w])
         for w, v in st.o_writes:
-            last_o_writer = n
-            if kills and writes_all_of(n, v) and w is not None:
-                kept = [d for d in c_dirty if not _covers(w, d, ro)]
-                if len(kept) < len(c_dirty):
-                    helped.append(n)
-                c_dirty = kept
-            o_dirty = _bounded([*o_dirty, w])
-    # C5': caller-visible memory ends holding its own side's value.
-    if "C5" not in state.unchecked:
-        if c_dirty and info.ocls.roles & CALLER_VISIBLE:
-            return keep(Reason.WRITES_CALLER_MEMORY, *([first_c_writer] if first_c_writer else []), info.original)
-        if o_dirty and info.ccls.roles & CALLER_VISIBLE:
-            return keep(Reason.WRITES_CALLER_MEMORY, *([last_o_writer] if last_o_writer else []), info.clone)
-    return list(dict.fromkeys(helped))
+            self.last_o_writer = n
+            if self.kills and writes_all_of(n, v) and w is not None:
+                kept = [d for d in self.c_dirty if not _covers(w, d, self.ro)]
+                if len(kept) < len(self.c_dirty):
+                    self.helped.append(n)
+                self.c_dirty = kept
+            self.o_dirty = _bounded([*self.o_dirty, w])
+
+    def caller_memory(self) -> Decision | None:
+        """C5': caller-visible memory ends holding its own side's value."""
+        info = self.info
+        if self.c_dirty and info.ocls.roles & CALLER_VISIBLE:
+            first = [self.first_c_writer] if self.first_c_writer else []
+            return self.keep(Reason.WRITES_CALLER_MEMORY, *first, info.original)
+        if self.o_dirty and info.ccls.roles & CALLER_VISIBLE:
+            last = [self.last_o_writer] if self.last_o_writer else []
+            return self.keep(Reason.WRITES_CALLER_MEMORY, *last, info.clone)
+        return None
 
 
 def _bounded(regions: list[Region | None]) -> list[Region | None]:
@@ -653,7 +718,6 @@ def _find_copy_back(state: PlanningState, info: _Clone, o_all: list[Access]) -> 
 
 def _decide_fold(state: PlanningState, info: _Clone, blocked: Decision, keep: Keep) -> Decision:
     """C8: fold ``c`` into ``o`` when the regions it writes allow, else keep (see the module docstring)."""
-    a = state.analysis
     rc = state.region(info.clone)
     if rc is None:
         return blocked
@@ -673,31 +737,59 @@ def _decide_fold(state: PlanningState, info: _Clone, blocked: Decision, keep: Ke
     aliasing = _check_c6(state, info, keep)
     if aliasing is not None:
         return failed(aliasing)
-    end: int | None = None
-    written: list[Region | None]
     if copy_back is None:
         # C8a without a copy-back the writes must land in memory the caller does not observe (C5).
         if info.c_writes and info.ocls.roles & CALLER_VISIBLE:
             return blocked
-        written = [state.access_region(w) for w in info.c_writes]
+        written: list[Region | None] | Decision = [state.access_region(w) for w in info.c_writes]
+        end: int | None = None
     else:
-        d, s = copy_back.args[0], copy_back.args[1]
-        if not isinstance(d, torch.fx.Node) or not isinstance(s, torch.fx.Node):  # excluded by is_copy_candidate
-            return keep(Reason.COPY_BACK_REGION_DIFFERS, copy_back)
-        rd, rs = state.region(d), state.region(s)
-        same_class = state.root_of(d) == state.find(next(iter(info.ocls.storages)))
-        # C8a the copy-back copies an identical region with the same dtype.
-        # (Strides of size-one dimensions too: after the fold ``E`` reads and writes one memory.)
-        if not (same_class and _identical(rd, rs) and _same_elements(a.facts_of(d), a.facts_of(s))):
-            return keep(Reason.COPY_BACK_REGION_DIFFERS, copy_back)
-        end = a.position(copy_back)
-        # C8b every write of c happens before E, inside s.
-        for w in info.c_writes:
-            if w.position >= end:
-                return keep(Reason.CLONE_WRITTEN_AFTER_COPY_BACK, w.node, copy_back)
-            if not (_same_region(state.access_region(w), rs) or _same_region(rs, rc)):
-                return keep(Reason.CLONE_WRITTEN_OUTSIDE_COPY_BACK, w.node, copy_back)
-        written = [rd]
+        written = _copy_back_region(state, info, copy_back, rc, keep)
+        end = state.analysis.position(copy_back)
+    if isinstance(written, Decision):
+        return written
+    conflict = _fold_conflict(state, info, o_all, copy_back, written, end, keep)
+    if conflict is not None:
+        return failed(conflict)
+    if copy_back is None:
+        return Decision(info.clone.name, "remove", Reason.REMOVABLE_BY_REGIONS, (), info.original.name)
+    return Decision(info.clone.name, "remove", Reason.FOLDED_INTO_COPY_BACK, (copy_back.name,), info.original.name)
+
+
+def _copy_back_region(
+    state: PlanningState, info: _Clone, copy_back: torch.fx.Node, rc: Region, keep: Keep
+) -> list[Region | None] | Decision:
+    """C8a and C8b for a copy-back ``E = copy_(d, s)``: the written region ``[d]``, or why ``E`` cannot absorb the clone."""
+    a = state.analysis
+    d, s = copy_back.args[0], copy_back.args[1]
+    if not isinstance(d, torch.fx.Node) or not isinstance(s, torch.fx.Node):  # excluded by is_copy_candidate
+        return keep(Reason.COPY_BACK_REGION_DIFFERS, copy_back)
+    rd, rs = state.region(d), state.region(s)
+    same_class = state.root_of(d) == state.find(next(iter(info.ocls.storages)))
+    # C8a the copy-back copies an identical region with the same dtype.
+    # (Strides of size-one dimensions too: after the fold ``E`` reads and writes one memory.)
+    if not (same_class and _identical(rd, rs) and _same_elements(a.facts_of(d), a.facts_of(s))):
+        return keep(Reason.COPY_BACK_REGION_DIFFERS, copy_back)
+    end = a.position(copy_back)
+    # C8b every write of c happens before E, inside s.
+    for w in info.c_writes:
+        if w.position >= end:
+            return keep(Reason.CLONE_WRITTEN_AFTER_COPY_BACK, w.node, copy_back)
+        if not (_same_region(state.access_region(w), rs) or _same_region(rs, rc)):
+            return keep(Reason.CLONE_WRITTEN_OUTSIDE_COPY_BACK, w.node, copy_back)
+    return [rd]
+
+
+def _fold_conflict(
+    state: PlanningState,
+    info: _Clone,
+    o_all: list[Access],
+    copy_back: torch.fx.Node | None,
+    written: list[Region | None],
+    end: int | None,
+    keep: Keep,
+) -> Decision | None:
+    """C8c and C8d over the original's accesses after the clone: the first conflict's keep, or None."""
     first_write = info.c_writes[0].position if info.c_writes else None
     c_write_nodes = info.c_write_nodes
     for acc in o_all:
@@ -709,8 +801,8 @@ def _decide_fold(state: PlanningState, info: _Clone, blocked: Decision, keep: Ke
             for read in info.c_reads:
                 if read.position >= acc.position and _overlaps(r, state.access_region(read)):
                     if read.node is acc.node:  # C4 by regions
-                        return failed(keep(Reason.SAME_NODE_WRITES_ORIGINAL_READS_CLONE, acc.node))
-                    return failed(keep(Reason.ORIGINAL_WRITTEN, acc.node, read.node))
+                        return keep(Reason.SAME_NODE_WRITES_ORIGINAL_READS_CLONE, acc.node)
+                    return keep(Reason.ORIGINAL_WRITTEN, acc.node, read.node)
         elif (
             first_write is not None
             and acc.position >= first_write
@@ -719,11 +811,9 @@ def _decide_fold(state: PlanningState, info: _Clone, blocked: Decision, keep: Ke
         ):
             # C8c no read of the written region from the first write of c on, up to E.
             if acc.node in c_write_nodes:  # C4 by regions (pytorch/pytorch#198031)
-                return failed(keep(Reason.SAME_NODE_WRITES_CLONE_READS_ORIGINAL, acc.node))
-            return failed(keep(Reason.CLONE_WRITTEN_ORIGINAL_READ, info.c_writes[0].node, acc.node))
-    if copy_back is None:
-        return Decision(info.clone.name, "remove", Reason.REMOVABLE_BY_REGIONS, (), info.original.name)
-    return Decision(info.clone.name, "remove", Reason.FOLDED_INTO_COPY_BACK, (copy_back.name,), info.original.name)
+                return keep(Reason.SAME_NODE_WRITES_CLONE_READS_ORIGINAL, acc.node)
+            return keep(Reason.CLONE_WRITTEN_ORIGINAL_READ, info.c_writes[0].node, acc.node)
+    return None
 
 
 def _erasable(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
