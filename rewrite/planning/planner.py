@@ -1,169 +1,39 @@
-"""The copy planner: pure decisions on clones and copies, one at a time.
+"""The copy planner: pure decisions on clones and copies, one at a time, as named steps.
 
-Copies are one model. A clone ``c = clone(o)`` (or an ``aten._to_copy`` that
-changes nothing, or a torch-level ``Tensor.clone``/``torch.clone`` call) and
-a write-back ``copy_(d, s)`` (a graph input's ``copy_`` epilogue, a lowered
-scatter) both copy memory; this planner decides, for each of them, whether
-the program needs the copy. Its conditions are those of docs/DESIGN.md
-(C1-C7), the copy-back fold C8, the self-copy rule C9 and the dead-clone
-erasure C10. Each keep names the condition that failed with a
-:class:`~rewrite.planning.decisions.Reason`; each removal names the condition that
-allowed it.
+Copies are one model: a clone ``c = clone(o)`` (or an ``aten._to_copy`` that
+changes nothing, or a torch-level clone) and a write-back ``copy_(d, s)`` both
+copy memory, and the planner decides for each whether the program needs it.
+The conditions are stated in full, once, in docs/DESIGN.md ("Clone
+elimination"); the steps below cite them by number, and each decision names
+the condition with a :class:`~rewrite.planning.decisions.Reason`:
 
-Terms (computed by :mod:`rewrite.planning.dataflow` from the analysis' public queries):
-a node is *dead* when it writes nothing, is not opaque, and only dead nodes
-use its result; a dead node's reads do not count unless it (or a dead node
-its result flows into) may raise depending on the values it reads (indexing
-with tensor indices, ``item``, asserts, integer division, any op not known
-to be safe). A *dead writer* of the pair is a node that writes only the
-clone's and the original's memory, cannot raise on what it reads (an
-indexing op raises only on its indices: it can when they are in the pair's
-memory), feeds only dead nodes, and whose writes no later reader that matters touches once the
-two are one memory (caller-visible memory is read at the end); its reads do
-not count either. A *kill* of a region is a proven full overwrite of it
-(pointwise in place, ``copy_``, ``zero_``, ``fill_``, pointwise ``out=``); an
-op whose destination is only written (``copy_``, fills, ``out=``) does not
-read it. An op is *element-exact* on two regions when it is elementwise
-(pointwise, ``copy_``, fills) and the regions are identical (same offset,
-sizes, strides and item size): element ``i`` is read before it is written.
-Unknown stays "may": an opaque op reads and writes everything it reaches.
+=========================  ==============================================  ==================================
+step                       conditions                                      keep reasons
+=========================  ==============================================  ==================================
+:func:`_check_layout`      C1, C1 refined (``LAYOUT_UNOBSERVED``)          ``LAYOUT``
+:func:`_gather`            known storages, no opaque access of ``c``       ``UNKNOWN_STORAGE``, ``OPAQUE_USE``
+:func:`_check_c2_to_c5`    C4, C2, C3, C5 by ``o``'s whole region          their four reasons
+:func:`_check_c6`          C6, for every removal                           ``OUTPUT_ALIASING``
+:func:`_decide_fold`       C8 (C8a-C8d: :func:`_copy_back_region`,         the C8 reasons, else C2-C5's
+                           :func:`_fold_conflict`)
+:class:`_Scan`             C2'-C5' (``REMOVABLE_BY_DATAFLOW``)             C2-C5's first failure stands
+:func:`_decide_erase`      C10 (``DEAD_CLONE_ERASED``)                     ``DEAD_CLONE_FEEDS_A_CHECK``
+:func:`_decide_copy`       C9 (``SELF_COPY``)                              ``NOT_A_SELF_COPY``
+:func:`plan`               C7: each decision recorded in the planning      (none)
+                           state, kept copies decided again to a fixed
+                           point
+=========================  ==============================================  ==================================
 
-The refinements can be named and left out (``refinements=``, sound: less
-goes): "layout" (C1 refined), "liveness" (dead readers and dead writers),
-"exact" (element-exact C4'), "kills" (kills, value-preserving and self
-copies, write-only destinations). C10 has its own switch, ``erase_dead``.
-
-``c = clone(o)`` may be replaced by ``o`` when all of these hold:
-
-C1 layout: ``c`` and ``o`` agree on dtype, device, sizes, strides, storage
-   offset and conj/neg bits (a ``memory_format`` that changes strides fails).
-   Then a byte of ``c``'s storage and the same byte offset of ``o``'s storage
-   hold the same element (a clone's storage is exactly its dense region).
-   The layouts are the recorded ones; downstream of an op whose fake kernel
-   the layout audit caught lying (``aliasing.core.layout_divergences``), a clone
-   that names a memory format or changes the recorded layout is kept
-   (:func:`rewrite.planning.dataflow.suspect_layout`).
-   C1 refined (``LAYOUT_UNOBSERVED``): when only strides or storage offset
-   differ, ``c`` may still go if no consumer observes its layout
-   (:func:`rewrite.planning.dataflow.layout_observer`: elementwise and copying
-   consumers whose recomputed layout is the one their metadata records,
-   full elementwise writes whose results nothing uses, size reads, unused
-   views the new layout allows and dead leaves). An output, a stride read, a
-   ``reshape``, a ``view`` the new layout forbids, a reduction whose result is
-   used (summation order follows strides), a used view or in-place result (its
-   metadata would record the old layout) observe it. Regions in
-   ``c``'s storage then no longer describe ``o``'s: ``c``'s own accesses are
-   taken as ``o``'s region, every other value of ``c``'s storage as
-   "anywhere" (C7), and the fold C8 does not apply.
-C2 no write to memory overlapping ``o`` between the clone and a later read of
-   ``c`` (or of an alias of ``c``).
-C3 no write to ``c`` (through any alias: views, chained in-place results,
-   ``out=``) followed by a read of memory overlapping ``o``.
-C4 no node both writes memory of ``c`` and reads memory of ``o``, nor writes
-   memory of ``o`` and reads memory of ``c`` (same-node hazards; one reason
-   for each direction).
-C5 if ``o`` lives in caller-visible memory (a non-donated input, a parameter,
-   a buffer or a constant), nothing writes ``c``.
-   C2-C5 refined on live values (``REMOVABLE_BY_DATAFLOW``), judged by the
-   regions accesses touch (in ``o``'s coordinates) in one scan of the
-   accesses after the clone, each node's reads before its writes:
-   C2' a read of ``c`` by a node that is neither a dead reader nor a dead
-       writer touches no region that ``o`` has been written in since ``c``
-       last held ``o``'s value (``ORIGINAL_WRITTEN``);
-   C3' a read of ``o`` by a node that is neither a dead reader nor a dead
-       writer touches no region that ``c`` has been written in since
-       (``CLONE_WRITTEN_ORIGINAL_READ``);
-   C4' a node that writes one side and reads the other is element-exact on
-       every pair of overlapping regions (``c.mul_(o)``, ``add(o, 1,
-       out=c)``); a partial overlap would make it raise after the removal
-       (checked for dead nodes too; the two ``SAME_NODE_*`` reasons);
-   C5' at the end no region of caller-visible memory holds a value written
-       through the other side (``WRITES_CALLER_MEMORY``);
-   where a write of one side ends the other side's claim on the regions it
-   kills, a ``copy_`` between identical regions of ``c`` and ``o`` while
-   they hold equal values is a no-op (after removal a self-copy) that makes
-   them equal again, a ``copy_`` of a region onto itself is no access at
-   all, and a destination that is only written is not read. A removal by
-   C2'-C5' cites the nodes that made the difference as evidence; when they
-   fail, the keep reason is the first of C2-C5 (or the fold's) that failed.
-C6 if ``c`` (or an alias) is returned, ``o`` must not live in caller-visible
-   memory, nor share memory with another returned value.
-C7 decisions are taken one copy at a time, in graph order, against the
-   analysis *as updated by the removals already decided*: after ``c`` goes,
-   its storage is merged into ``o``'s, so a second clone of ``o`` sees the
-   first one's writes as writes of ``o``, and a removed copy no longer reads
-   or writes anything. Copies kept in one pass are decided again in the next
-   while removals happen (a removed clone may have been the read that kept an
-   earlier one), so the plan is a fixed point.
-
-C8 fold (C2-C5 judged by the regions the clone writes). When C1 holds but
-   C2-C5 keep ``c``, ``c`` may still be replaced by ``o`` when, with ``W`` the
-   *written region*:
-
-   C8a either the first write of ``o``'s memory after ``c`` that copies from
-       ``c``'s memory is a copy-back ``E = copy_(d, s)`` with ``d`` in ``o``'s
-       storage, ``s`` in ``c``'s, identical regions and dtypes (``W`` is
-       ``d``; after the fold ``E`` copies a region onto itself, C9); or there
-       is no such copy-back and ``o`` is not caller-visible (C5; ``W`` is the
-       regions of ``c``'s writes);
-   C8b with a copy-back, every write of ``c`` happens before ``E`` and inside
-       ``s``;
-   C8c no read of ``o``'s memory overlapping ``W`` happens from the first
-       write of ``c`` on (up to ``E``): it would see the new values early (C3
-       by regions; C4 when the reading node also writes ``c``, as in
-       pytorch/pytorch#198031);
-   C8d no write of ``o``'s memory after ``c`` (other than ``E``) overlaps a
-       region of ``c`` read at or after it, before or after ``E`` (C2 by
-       regions; C4 when the same node reads ``c``). With a copy-back this
-       covers writes of ``o`` into ``W`` before ``E`` too, since ``E`` reads
-       ``s``;
-   and, as for any removal, C6, C7 and known regions for every access of
-   ``c`` (``OPAQUE_USE``).
-
-   The keep reason of a failed fold is the fold's when a copy-back exists
-   (it says why the copy-back cannot absorb the clone), otherwise the first
-   of C2-C5 that failed. The refined C2-C5 are tried after the fold; when
-   they fail too, the reason stands.
-
-C9 self-copy: ``copy_(d, s)`` is removed (its users take ``d``) when ``d`` and
-   ``s`` are provably the same memory with the same layout and dtype, against
-   the graph as the removals decided so far leave it (C7): the same storage
-   class, identical regions. After a fold (C8) its copy-back is one.
-
-C10 dead clone (``DEAD_CLONE_ERASED``, only with ``erase_dead``): when a
-   clone that cannot be replaced is never read by anything that matters, it
-   goes together with every node that uses it, transitively: its writers
-   and the dead users of its values. Each of them must be an ATen op (or a
-   ``getitem``) that is neither opaque nor random, must write only the
-   clone's storage or storages made inside the group, and none of them may
-   be the output; no other node may touch those storages. Nothing the group
-   computes reaches an output or memory that outlives it, so erasing it
-   changes no output and no caller-visible memory, and erasing a node never
-   makes a program raise. Nor may it make one stop raising: a rewrite keeps
-   every runtime check the original executes, so no member may be impure
-   beyond its writes (:func:`rewrite.planning.dataflow.is_side_effectful`: what
-   ``Node.is_impure()`` and torch.fx's dead-code elimination keep, asserts
-   such as ``aten._assert_scalar``, ``_assert_async``,
-   ``_assert_tensor_metadata``, ``sym_constrain_range``, profiler ranges,
-   effectful ops and ``with_effects``) or able to raise on the values it
-   reads (:func:`rewrite.planning.dataflow.may_raise_on_values`, whatever the values'
-   origin: indexing, ``item``; an index that is an ``arange`` of constants
-   inside the indexed dimension, unwritten until read, cannot). Such a clone
-   is kept (``DEAD_CLONE_FEEDS_A_CHECK``, the checks as evidence). Clones
-   and copies inside the group are erased with it
-   (``ERASED_WITH_DEAD_CLONE``, ``COPY_ERASED_WITH_DEAD_CLONE``). Every user
-   of an erased node is erased too: a group takes them all or is refused,
-   except users an earlier group erased (with all of theirs), and the
-   applier erases every ``DEAD_CLONE_ERASED`` clone, also one erased alone
-   (a dead ``_to_copy`` nothing uses). No erased node is used by a node that
-   stays or is replaced: the planner and the applier check it on every plan.
-
-Everything a condition cannot prove is a keep with its :class:`Reason`:
-missing metadata or an ambiguous storage (``UNKNOWN_STORAGE``), an opaque op
-touching the clone's memory (``OPAQUE_USE``). The planner reads the analysis
-and never touches the graph; :func:`rewrite.editing.apply.apply_decisions` performs
-the decisions (a removed ``copy_`` is replaced by its destination, like a
-removed clone by its original; a C10 group is erased).
+:func:`_decide_replacement` runs C1 to C8 for a clone in that order
+(:func:`_check_layout`, :func:`_gather`, :func:`_judge`); :func:`decide`
+dispatches a candidate to it, to C10 when it cannot be replaced, or to C9.
+The refinements ("layout", "liveness", "exact", "kills") can be left out with
+``refinements=`` (sound: less goes); C10 has its own switch, ``erase_dead``.
+Everything a condition cannot prove is a keep with its reason. The planner
+reads the analysis through the :class:`~rewrite.planning.state.PlanningState`
+and never touches the graph; :func:`rewrite.editing.apply.apply_plan` performs
+the plan (a removed ``copy_`` is replaced by its destination, like a removed
+clone by its original; a C10 group is erased).
 """
 
 from __future__ import annotations

@@ -227,12 +227,25 @@ def check_equivalent(
     if run_b.error is not None:
         err = run_b.error
         raise NotEquivalent("raises", f"only the rewritten program raised {type(err).__name__}: {err}")
+    _compare_outputs(run_a, run_b, tolerance)
+    _compare_final_state(run_a, run_b, donated, tolerance)
+    _check_no_new_aliasing(run_a, run_b, donated)
+    _check_generator_states(run_a, run_b)
+    _check_something_compared(run_a, start, donated)
+
+
+def _compare_outputs(run_a: _Run, run_b: _Run, tolerance: Tolerance) -> None:
+    """Clause 1: the outputs have one structure, and each equals the original's at its position."""
     if run_a.out_spec != run_b.out_spec:
         raise NotEquivalent("output", f"output structure differs: {run_a.out_spec} vs {run_b.out_spec}")
     for i, (a, b) in enumerate(zip(run_a.outputs, run_b.outputs)):
         problem = _difference(a, b, tolerance)
         if problem:
             raise NotEquivalent("output", f"output {i}: {problem}")
+
+
+def _compare_final_state(run_a: _Run, run_b: _Run, donated: frozenset[int], tolerance: Tolerance) -> None:
+    """Clause 2: every non-donated input and all module state end as after the original."""
     for i, (a, b) in enumerate(zip(run_a.inputs, run_b.inputs)):
         skip = i in donated or isinstance(a, torch.Generator)  # generators: clause 5
         problem = None if skip else _difference(a, b, tolerance)
@@ -244,6 +257,10 @@ def check_equivalent(
         problem = _difference(final_a, run_b.state.get(name, run_a.initial.get(name)), tolerance)
         if problem:
             raise NotEquivalent("input-mutation", f"module state {name!r} ends differently: {problem}")
+
+
+def _check_no_new_aliasing(run_a: _Run, run_b: _Run, donated: frozenset[int]) -> None:
+    """Clause 3: the rewrite's outputs share no storage that the original's did not."""
     new_pairs = sorted(run_b.sharing(donated) - run_a.sharing(donated))
     if new_pairs:
         out, other = new_pairs[0]
@@ -251,6 +268,10 @@ def check_equivalent(
             "new-aliasing",
             f"output {out} shares storage with {other} in the rewritten program, not in the original",
         )
+
+
+def _check_generator_states(run_a: _Run, run_b: _Run) -> None:
+    """Clause 5: every random-number generator ends in the state the original left it in."""
     for label, final_a, final_b in _generator_states(run_a, run_b):
         if not torch.equal(final_a, final_b):
             raise NotEquivalent(
@@ -258,6 +279,10 @@ def check_equivalent(
                 f"the {label} ends in another state after the rewritten program: it draws a different amount "
                 "of randomness (a random op added, dropped or reordered)",
             )
+
+
+def _check_something_compared(run_a: _Run, start: _RngSnapshot, donated: frozenset[int]) -> None:
+    """Refuse to judge (``OracleError("nothing-compared")``) when no tensor with data took part."""
     drew = any(not torch.equal(s, e) for (_, s), (_, e) in zip(start, run_a.rng))
     if not run_a.compared_data(donated) and not drew:
         raise OracleError(

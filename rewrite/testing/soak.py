@@ -371,6 +371,37 @@ def _seed_range(text: str) -> tuple[int, int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns 0 when no check failed (and every round ran), 1 otherwise."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.merge is not None:
+        return _merge(parser, args)
+    if args.minutes is None and args.rounds is None and args.seeds is None:
+        parser.error("give --minutes, --rounds or --seeds")
+    if args.minutes is not None and args.minutes <= 0:
+        parser.error("--minutes must be positive")
+    if args.precision:
+        if args.minutes is None:
+            parser.error("--precision runs for --minutes")
+        return _precision_campaign(args.minutes, args.seed, args.max_ops, args.min_programs)
+    seed, rounds = _first_seed_and_rounds(parser, args)
+    try:
+        figures = run_campaign(
+            args.minutes,
+            rounds=rounds,
+            seed=seed,
+            out=args.out,
+            max_ops=args.max_ops,
+            tracing_mode=args.tracing_mode,
+            examples=args.examples,
+            campaign_options=campaign.options_from_args(args),
+        )
+    except SoakError as err:
+        parser.error(str(err))
+    return _print_figures(figures)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line's options: the soak's own, then the campaign's (:mod:`aliasing.verification.campaign`)."""
     parser = argparse.ArgumentParser(prog="python -m rewrite.testing.soak", description=__doc__.split("\n\n")[0])
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--minutes", type=float, default=None, help="how long to run")
@@ -400,40 +431,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --precision: keep drawing batches of 100 until at least this many programs are measured",
     )
     campaign.add_campaign_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.merge is not None:
-        try:
-            settings, outcomes = campaign.merge_results(args.merge, tool=TOOL, items=_work_items, allow_missing=args.allow_missing)
-        except CampaignError as err:
-            parser.error(str(err))
-        return _print_figures(_fold(settings, outcomes, out=args.out, echo=True))
-    if args.minutes is None and args.rounds is None and args.seeds is None:
-        parser.error("give --minutes, --rounds or --seeds")
-    if args.minutes is not None and args.minutes <= 0:
-        parser.error("--minutes must be positive")
-    if args.precision:
-        if args.minutes is None:
-            parser.error("--precision runs for --minutes")
-        return _precision_campaign(args.minutes, args.seed, args.max_ops, args.min_programs)
+    return parser
+
+
+def _merge(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``--merge``: print the figures of shards' results files (repro files of failing rounds to ``--out``)."""
+    try:
+        settings, outcomes = campaign.merge_results(args.merge, tool=TOOL, items=_work_items, allow_missing=args.allow_missing)
+    except CampaignError as err:
+        parser.error(str(err))
+    return _print_figures(_fold(settings, outcomes, out=args.out, echo=True))
+
+
+def _first_seed_and_rounds(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[int, int | None]:
+    """The first round's seed and the number of rounds (``None``: as many as ``--minutes`` allow)."""
     seed, rounds = args.seed, args.rounds
     if args.seeds is not None:
         seed, rounds = args.seeds[0], args.seeds[1] - args.seeds[0] + 1
     if rounds is not None and rounds < 1:
         parser.error("--rounds must be at least 1")
-    try:
-        figures = run_campaign(
-            args.minutes,
-            rounds=rounds,
-            seed=seed,
-            out=args.out,
-            max_ops=args.max_ops,
-            tracing_mode=args.tracing_mode,
-            examples=args.examples,
-            campaign_options=campaign.options_from_args(args),
-        )
-    except SoakError as err:
-        parser.error(str(err))
-    return _print_figures(figures)
+    return seed, rounds
 
 
 def _print_figures(figures: Figures) -> int:

@@ -1,0 +1,207 @@
+"""The Hypothesis strategy of random programs (:func:`programs`).
+
+A program is drawn as its inputs (shapes, layouts, donation, a seed for the
+values), a random subset of the statement kinds (swarm testing), then one
+span per statement with a stop flag before each, so that Hypothesis shrinks a
+program by deleting statements, and finally its outputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import hypothesis.strategies as st
+from hypothesis.errors import InvalidArgument
+
+from rewrite.testing.programs.builder import _KINDS, _Builder
+from rewrite.testing.programs.inputs import _draw_inputs, _inputs_source
+from rewrite.testing.programs.norms import _NORM_CALLS
+from rewrite.testing.programs.program import Program
+
+__all__ = ["programs"]
+
+_MORE = st.integers(0, 19)  # 0 stops
+_ENABLED = st.integers(0, 3)  # 0 disables a statement kind in one program
+
+
+@st.composite
+def _statement(draw: st.DrawFn, builder: _Builder) -> None:
+    builder.step(draw)
+
+
+@st.composite
+def _programs(
+    draw: st.DrawFn,
+    *,
+    min_ops: int,
+    max_ops: int,
+    max_inputs: int,
+    max_outputs: int,
+    max_size: int,
+    alias_bias: float,
+    allow_custom_ops: bool,
+    allow_donation: bool,
+    allow_hidden_effects: bool,
+    tracing_mode: str = "fake",
+) -> Program:
+    seed = draw(st.integers(0, 2**31 - 1))
+    specs, donated = _draw_inputs(draw, max_inputs=max_inputs, max_size=max_size, allow_donation=allow_donation)
+    inputs_source = _inputs_source(specs, seed)
+    # Swarm testing: each program uses a random subset of the statement kinds (clones always).
+    kinds = [
+        (kind, weight)
+        for kind, weight in _KINDS
+        if kind == "clone"
+        or (
+            (kind != "custom" or allow_custom_ops)
+            and (kind != "norm" or (allow_hidden_effects and _NORM_CALLS))
+            and draw(_ENABLED) != 0
+        )
+    ]
+    builder = _Builder(
+        draw,
+        inputs_source=inputs_source,
+        num_inputs=len(specs),
+        alias_bias=alias_bias,
+        kinds=kinds,
+        max_size=max_size,
+        max_lines=max_ops,
+        allow_hidden_effects=allow_hidden_effects,
+    )
+    # One span per statement and a stop flag before each (shrinks toward 0: stop), so that
+    # Hypothesis shrinks a program by deleting statements.
+    attempts = 0
+    while len(builder.lines) < max_ops and attempts < 3 * max_ops + 8:
+        if len(builder.lines) >= min_ops and draw(_MORE) == 0:
+            break
+        attempts += 1
+        draw(_statement(builder))
+    return _finish(builder, builder.outputs(draw, max_outputs), donated=donated, seed=seed, tracing_mode=tracing_mode)
+
+
+def _finish(
+    builder: _Builder, outputs: Sequence[str], *, donated: tuple[int, ...], seed: int, tracing_mode: str = "fake"
+) -> Program:
+    """The program of ``builder``'s statements, returning ``outputs``."""
+    params = ", ".join(builder.input_names)
+    body = [f"    {line}" for line in builder.lines]
+    body.append(f"    return ({outputs[0]},)" if len(outputs) == 1 else f"    return ({', '.join(outputs)})")
+    function_source = f"def program({params}):\n" + "\n".join(body) + "\n"
+    return Program(
+        function_source=function_source,
+        inputs_source=builder.inputs_source,
+        donated_inputs=donated,
+        seed=seed,
+        num_ops=len(builder.lines),
+        uses_custom_ops=builder.uses_custom_ops,
+        tracing_mode=tracing_mode,
+    )
+
+
+def _check_int(name: str, value: object, lo: int, hi: float = math.inf) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{name}={value!r} must be an int")
+    if not lo <= value <= hi:
+        raise InvalidArgument(f"{name}={value!r} must be in [{lo}, {hi}]")
+    return value
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{name}={value!r} must be a bool")
+    return value
+
+
+def programs(
+    *,
+    min_ops: int = 2,
+    max_ops: int = 10,
+    max_inputs: int = 3,
+    max_outputs: int = 3,
+    max_size: int = 6,
+    alias_bias: float = 0.75,
+    allow_custom_ops: bool = True,
+    allow_donation: bool = True,
+    allow_hidden_effects: bool = True,
+    tracing_mode: str = "fake",
+) -> st.SearchStrategy[Program]:
+    """A Hypothesis strategy of random straight-line programs full of views, writes and clones.
+
+    Parameters
+    ----------
+    min_ops, max_ops : int
+        Bounds on the statements in the function body (``0 <= min_ops <= max_ops <= 200``).
+        A statement that turns out invalid on real tensors is dropped, so a
+        program can have fewer than ``min_ops`` statements in rare cases.
+    max_inputs : int
+        At most this many tensor inputs (1 to 8), each of rank 1 to 4, contiguous,
+        transposed, strided (``[..., ::2]``) or with a storage offset (``[1:]``).
+    max_outputs : int
+        At most this many outputs (1 to 8); outputs may repeat and may be views.
+    max_size : int
+        Largest size of any input dimension (1 to 16).
+    alias_bias : float
+        Probability (0 to 1) of picking an operand among values that share a
+        storage with a clone or a clone's original, when there are any.
+    allow_custom_ops : bool
+        Draw the fuzzer's custom ops (``fxa_fuzz::mutate_two`` writes two
+        arguments, ``fxa_fuzz::first_half`` returns a view).
+    allow_donation : bool
+        Mark some inputs as donated.
+    allow_hidden_effects : bool
+        Draw ops whose effects their schemas do not declare
+        (:data:`aliasing.core.hidden_effects.HIDDEN_EFFECTS`): ``batch_norm`` and
+        ``instance_norm`` with running statistics, in train mode (they update
+        the statistics in place) and eval mode, and ``_unsafe_view``.
+    tracing_mode : str
+        ``"fake"`` (the default) or ``"symbolic"`` (sizes become SymInts, as
+        in a dynamic-shape compile): how each program's graph is traced.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy[Program]
+
+    Raises
+    ------
+    hypothesis.errors.InvalidArgument
+        For arguments of the wrong type or out of range.
+
+    Examples
+    --------
+    >>> from hypothesis import given, settings
+    >>> from rewrite.testing import check_pass
+    >>> def my_pass(gm):  # a (sound) pass that does nothing
+    ...     return gm
+    >>> @settings(max_examples=5, deadline=None, database=None)
+    ... @given(programs(max_ops=6))
+    ... def test_my_pass(program):
+    ...     check_pass(my_pass, program)
+    >>> test_my_pass()
+    """
+    _check_int("min_ops", min_ops, 0, 200)
+    _check_int("max_ops", max_ops, 0, 200)
+    if min_ops > max_ops:
+        raise InvalidArgument(f"min_ops={min_ops} must not exceed max_ops={max_ops}")
+    _check_int("max_inputs", max_inputs, 1, 8)
+    _check_int("max_outputs", max_outputs, 1, 8)
+    _check_int("max_size", max_size, 1, 16)
+    if isinstance(alias_bias, bool) or not isinstance(alias_bias, (int, float)) or not 0 <= alias_bias <= 1:
+        raise InvalidArgument(f"alias_bias={alias_bias!r} must be a number in [0, 1]")
+    _check_bool("allow_custom_ops", allow_custom_ops)
+    _check_bool("allow_donation", allow_donation)
+    _check_bool("allow_hidden_effects", allow_hidden_effects)
+    if tracing_mode not in ("fake", "symbolic"):
+        raise InvalidArgument(f"tracing_mode={tracing_mode!r} must be 'fake' or 'symbolic'")
+    return _programs(
+        min_ops=min_ops,
+        max_ops=max_ops,
+        max_inputs=max_inputs,
+        max_outputs=max_outputs,
+        max_size=max_size,
+        alias_bias=float(alias_bias),
+        allow_custom_ops=allow_custom_ops,
+        allow_donation=allow_donation,
+        allow_hidden_effects=allow_hidden_effects,
+        tracing_mode=tracing_mode,
+    )

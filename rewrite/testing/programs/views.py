@@ -1,0 +1,165 @@
+"""View statements: every view op the fuzzer draws (``view``, ``reshape``, slicing, ``select``,
+``narrow``, ``split``, ``unbind``, ``chunk``, ``permute``, ``transpose``, ``t``, ``expand``,
+``unsqueeze``, ``diagonal``, ``as_strided``, the custom ``first_half`` and ``_unsafe_view``)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+from aliasing.core.hidden_effects import HIDDEN_EFFECTS
+from rewrite.testing.programs.state import _BuilderState
+from rewrite.testing.programs.values import _MAX_RANK, _Rejected, _shape_args, _shape_tuple, _Value
+
+#: ``_unsafe_view`` returns a view its schema calls a fresh tensor (drawn among the views).
+_DRAW_UNSAFE_VIEW = HIDDEN_EFFECTS.get("aten::_unsafe_view") is not None
+
+
+class _ViewStatements(_BuilderState):
+    """Draws a view of a value: one of the view ops that apply to its rank."""
+
+    def _draw_view(self) -> None:
+        x = self._pick(self.values)
+        shape = x.shape
+        rank = len(shape)
+        options: list[Callable[[_Value], str]] = [self._view_unsqueeze] if rank < _MAX_RANK else []
+        if rank >= 1:
+            options += [
+                self._view_view,
+                self._view_reshape,
+                self._view_slice,
+                self._view_select,
+                self._view_narrow,
+                self._view_split,
+                self._view_unbind,
+                self._view_chunk,
+                self._view_permute,
+                self._view_as_strided,
+                self._view_expand,
+            ]
+            if self.allow_custom_ops:
+                options.append(self._view_custom)
+            if self.allow_hidden_effects and _DRAW_UNSAFE_VIEW:
+                options.append(self._view_unsafe_view)
+        if rank >= 2:
+            options += [self._view_transpose, self._view_diagonal]
+        if rank <= 2:
+            options.append(self._view_t)
+        if not options:
+            raise _Rejected("no view applies")
+        self._emit(self._choice(options)(x), "view")
+
+    def _dim(self, x: _Value) -> int:
+        return self._int(0, x.tensor.dim() - 1)
+
+    def _view_view(self, x: _Value) -> str:
+        return f"{x.name}.view({self._new_shape(x)})"
+
+    def _view_reshape(self, x: _Value) -> str:
+        return f"{x.name}.reshape({self._new_shape(x)})"
+
+    def _new_shape(self, x: _Value) -> str:
+        shape = list(x.shape)
+        how = self._int(0, 2)
+        if how == 0 or len(shape) == 1:
+            return "-1"
+        if how == 1:  # merge two adjacent dimensions
+            d = self._int(0, len(shape) - 2)
+            new = shape[:d] + [shape[d] * shape[d + 1]] + shape[d + 2 :]
+        else:  # split a dimension into two factors, or add a size-1 dimension
+            d = self._dim(x)
+            factors = [f for f in range(1, shape[d] + 1) if shape[d] % f == 0]
+            f = self._choice(factors)
+            new = shape[:d] + [f, shape[d] // f] + shape[d + 1 :]
+            if len(new) > _MAX_RANK:
+                raise _Rejected("rank")
+        return _shape_tuple(new)
+
+    def _view_slice(self, x: _Value) -> str:
+        d = self._dim(x)
+        size = x.shape[d]
+        start = self._int(0, size - 1)
+        stop = self._int(start + 1, size)
+        step = self._int(1, 2)
+        index = ", ".join([":"] * d + [f"{start}:{stop}" + (f":{step}" if step != 1 else "")])
+        return f"{x.name}[{index}]"
+
+    def _view_select(self, x: _Value) -> str:
+        d = self._dim(x)
+        i = self._int(0, x.shape[d] - 1)
+        return f"{x.name}.select({d}, {i})" if self._int(0, 1) else f"{x.name}[{', '.join([':'] * d + [str(i)])}]"
+
+    def _view_narrow(self, x: _Value) -> str:
+        d = self._dim(x)
+        size = x.shape[d]
+        start = self._int(0, size - 1)
+        return f"{x.name}.narrow({d}, {start}, {self._int(1, size - start)})"
+
+    def _view_split(self, x: _Value) -> str:
+        d = self._dim(x)
+        return f"{x.name}.split({self._int(1, x.shape[d])}, {d})"
+
+    def _view_unbind(self, x: _Value) -> str:
+        return f"{x.name}.unbind({self._dim(x)})"
+
+    def _view_chunk(self, x: _Value) -> str:
+        d = self._dim(x)
+        return f"torch.chunk({x.name}, {self._int(1, x.shape[d])}, {d})"
+
+    def _view_permute(self, x: _Value) -> str:
+        perms = list(itertools.permutations(range(x.tensor.dim())))
+        return f"{x.name}.permute{self._choice(perms)!r}".replace(",)", ")")
+
+    def _view_transpose(self, x: _Value) -> str:
+        d1 = self._dim(x)
+        d2 = self._dim(x)
+        return f"{x.name}.transpose({d1}, {d2})"
+
+    def _view_t(self, x: _Value) -> str:
+        return f"{x.name}.t()"
+
+    def _view_expand(self, x: _Value) -> str:
+        shape = list(x.shape)
+        if self._int(0, 1) == 0 and 1 in shape:
+            new = [self._int(1, self.max_size) if s == 1 else s for s in shape]
+        elif len(shape) < _MAX_RANK:
+            new = [self._int(1, 4)] + shape
+        else:
+            raise _Rejected("rank")
+        return f"{x.name}.expand({_shape_args(new)})"
+
+    def _view_unsqueeze(self, x: _Value) -> str:
+        return f"{x.name}.unsqueeze({self._int(0, x.tensor.dim())})"
+
+    def _view_diagonal(self, x: _Value) -> str:
+        rank = x.tensor.dim()
+        d1 = self._int(0, rank - 1)
+        d2 = self._choice([d for d in range(rank) if d != d1])
+        n1, n2 = x.shape[d1], x.shape[d2]
+        offset = self._int(-(n1 - 1), n2 - 1)
+        return f"{x.name}.diagonal({offset}, {d1}, {d2})"
+
+    def _view_custom(self, x: _Value) -> str:
+        self.uses_custom_ops = True
+        return f"torch.ops.fxa_fuzz.first_half({x.name})"
+
+    def _view_unsafe_view(self, x: _Value) -> str:
+        shape = self._new_shape(x)
+        return f"torch.ops.aten._unsafe_view({x.name}, {'(-1,)' if shape == '-1' else shape})"
+
+    def _view_as_strided(self, x: _Value) -> str:
+        t = x.tensor
+        if self._int(0, 3) == 0 and t.dim() == 1 and t.shape[0] >= 2:  # overlapping sliding windows
+            k = self._int(1, t.shape[0] - 1)
+            size: tuple[int, ...] = (t.shape[0] - k + 1, k)
+            stride: tuple[int, ...]
+            stride = (t.stride(0), t.stride(0))
+            offset = t.storage_offset()
+        else:  # a box inside x, dimensions in any order
+            starts = [self._int(0, n - 1) for n in t.shape]
+            sizes = [self._int(1, n - s) for n, s in zip(t.shape, starts)]
+            offset = t.storage_offset() + sum(s * st_ for s, st_ in zip(starts, t.stride()))
+            order = self._choice(list(itertools.permutations(range(t.dim()))))
+            size = tuple(sizes[i] for i in order)
+            stride = tuple(t.stride()[i] for i in order)
+        return f"{x.name}.as_strided({_shape_tuple(size)}, {_shape_tuple(stride)}, {offset})"
