@@ -19,7 +19,7 @@ Three subpackages: :mod:`aliasing.core` (the analysis), :mod:`aliasing.pictures`
 drawn from an analysis) and :mod:`aliasing.verification` (what checks an analysis against
 real execution). Data flows one way: facts read from the graph's metadata, effects of each op,
 the analysis, then what is built from an analysis. Each module imports only
-modules of the layers above its own (``tests/test_layering.py`` reads the
+modules of the layers above its own (``tests/project/test_layering.py`` reads the
 imports and checks them against this list, the only list of the layers:
 docs/DESIGN.md refers to it); nothing here imports :mod:`rewrite`.
 

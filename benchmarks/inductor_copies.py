@@ -10,10 +10,10 @@ configurations:
   the pass with its hazard guard (H1-H6, H9) and the joint-graph guard (H7,
   H8).
 
-The programs: every custom-op program of ``tests/test_inductor.py``, under both
+The programs: every custom-op program of ``tests/rewrite/adapters/test_inductor.py``, under both
 functionalization versions (``torch._inductor.config.enable_auto_functionalized_v2``
 True = ``v2``, False = ``v1``); and every program of
-``tests/test_inductor_guard.py`` (faithful repros of public Inductor bug
+``tests/rewrite/guard/test_inductor_guard.py`` (faithful repros of public Inductor bug
 reports, variants of each bug class H1-H9, controls with none of the hazards;
 a program that breaks the graph counts the copies of every graph it compiles).
 Each compile is compared with eager (outputs, inputs and module buffers
@@ -69,7 +69,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "inductor_copies.json"
 
-#: Custom-op programs of tests/test_inductor.py.
+#: Custom-op programs of tests/rewrite/adapters/test_inductor.py.
 PROGRAM_NAMES: tuple[str, ...] = (
     "mutated_intermediate",
     "mutated_input",
@@ -110,12 +110,12 @@ def _load(name: str, filename: str) -> ModuleType:
 
 
 def load_test_programs() -> ModuleType:
-    """Import ``tests/test_inductor.py`` (the custom-op programs and their inputs) by path."""
+    """Import ``tests/rewrite/adapters/test_inductor.py`` (the custom-op programs and their inputs) by path."""
     return _load("fx_aliasing_test_inductor_programs", "test_inductor.py")
 
 
 def load_guard_programs() -> ModuleType:
-    """Import ``tests/test_inductor_guard.py`` (``PROGRAMS``, the harness) by path."""
+    """Import ``tests/rewrite/guard/test_inductor_guard.py`` (``PROGRAMS``, the harness) by path."""
     return _load("fx_aliasing_test_inductor_guard_programs", "test_inductor_guard.py")
 
 
@@ -492,7 +492,7 @@ class Run:
 
 
 def compile_once(guard_module: ModuleType, program: Any, *, v2: bool, config: str) -> Run:
-    """Compile ``program`` (a ``tests/test_inductor_guard.py`` Program) in ``config`` and compare with eager."""
+    """Compile ``program`` (a ``tests/rewrite/guard/test_inductor_guard.py`` Program) in ``config`` and compare with eager."""
     from rewrite.inductor import CloneEliminationPass, compile_options
 
     options: dict[str, Any] = {}

@@ -234,7 +234,7 @@ def build_transformer_graph(
         remapped so that views share their base's storage and every allocation
         gets a fresh one), plus ``tensor_meta`` and ``eager_input_vals`` as
         ``make_fx`` records them. Both give the same graph (same ops, arguments,
-        names and metadata); ``tests/test_benchmarks_smoke.py`` checks it.
+        names and metadata); ``tests/project/test_benchmarks_smoke.py`` checks it.
 
     Returns
     -------

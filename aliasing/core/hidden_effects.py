@@ -51,7 +51,7 @@ _BATCH_NORM_EVIDENCE = (
     "audit: nn.functional.batch_norm, function variant, sample 0 (float32[5, 5, 5], running stats, "
     "training=True, momentum=0.5) traced with torch.export (IR op aten.batch_norm.default): the real run "
     "changes running_mean and running_var in place; likewise extra.BatchNorm1d.train and "
-    "extra.BatchNorm2d.train (functional_call of the modules, exported); tests/test_hidden_effects.py"
+    "extra.BatchNorm2d.train (functional_call of the modules, exported); tests/aliasing/core/test_hidden_effects.py"
 )
 _NATIVE_BATCH_NORM_EVIDENCE = (
     "audit: native_batch_norm, function sample 0 (float32[5, 5, 5], training=True, momentum=0.5) with "
@@ -73,11 +73,11 @@ _DROPOUT_EVIDENCE = (
     "returns its input itself (not a copy) when p == 0 or train is False (ATen's _dropout_impl); "
     "the schema declares a fresh tensor. audit: nn.functional.dropout, function variant, the samples "
     "with p=0.0 or training=False traced with torch.export (whose IR keeps aten.dropout), e.g. sample 0 "
-    "(float32[5, 5], p=0.0, training=True): may_alias(input, dropout) was False; tests/test_hidden_effects.py"
+    "(float32[5, 5], p=0.0, training=True): may_alias(input, dropout) was False; tests/aliasing/core/test_hidden_effects.py"
 )
 _SAME_IMPL_EVIDENCE = (
     "same ATen code path as aten::dropout (_dropout_impl): the input itself when p == 0 or train is False "
-    "(checked for real in tests/test_hidden_effects.py; torch.export decomposes this op, so the OpInfo "
+    "(checked for real in tests/aliasing/core/test_hidden_effects.py; torch.export decomposes this op, so the OpInfo "
     "audit reaches it only through the graphs it decomposes to)"
 )
 
@@ -85,7 +85,7 @@ _RETURNS_SELF_EVIDENCE = (
     "returns its input itself (not a copy) when {when} (a CompositeImplicit op that calls "
     "self.to(...)); the schema declares a fresh tensor. A program loaded with torch.export.load gives "
     "the result a fake storage of its own, so only this entry keeps the alias: "
-    "tests/test_hidden_effects.py (a clone of type_as(x, y) written in place, removed wrongly without it)"
+    "tests/aliasing/core/test_hidden_effects.py (a clone of type_as(x, y) written in place, removed wrongly without it)"
 )
 _CAST_EVIDENCE = _RETURNS_SELF_EVIDENCE.format(when="the input already has the dtype it casts to")
 
@@ -101,7 +101,7 @@ HIDDEN_EFFECTS: Mapping[str, HiddenEffect] = MappingProxyType(
         "aten::lift": HiddenEffect(
             view_of="self",
             evidence="real execution: aten.lift(x) is x outside functionalization (its schema declares a "
-            "fresh tensor); tests/test_hidden_effects.py",
+            "fresh tensor); tests/aliasing/core/test_hidden_effects.py",
         ),
         "aten::dropout": HiddenEffect(view_of="input", evidence=_DROPOUT_EVIDENCE),
         "aten::feature_dropout": HiddenEffect(view_of="input", evidence=_SAME_IMPL_EVIDENCE),

@@ -30,7 +30,7 @@ in the ``aten`` namespace into one :data:`KINDS` entry:
 ``unclassified``
     none of the above: the effects table treats every call as an unknown op
     (it may read, write and alias everything it reaches), and the registry
-    check (``python -m aliasing.verification.audit --registry``, tests/test_registry.py)
+    check (``python -m aliasing.verification.audit --registry``, tests/aliasing/core/test_registry.py)
     fails until the op is reviewed.
 
 The classification of each supported torch release is committed in

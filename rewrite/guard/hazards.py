@@ -81,7 +81,7 @@ _DESCRIPTION = {
 
 
 #: The torch releases (``major.minor``) whose stock Inductor miscompiles programs of each hazard
-#: class. Proven, not assumed: on every release CI runs, tests/test_inductor_guard.py compiles the
+#: class. Proven, not assumed: on every release CI runs, tests/rewrite/guard/test_inductor_guard.py compiles the
 #: class's programs without the guard and fails when a class marked fixed there has a wrong result,
 #: or a class marked broken has none. On a release where a class is fixed the guard does not look for it.
 STOCK_MISCOMPILES: Mapping[str, frozenset[str]] = MappingProxyType(

@@ -5,28 +5,26 @@ changes nothing, or a torch-level clone) and a write-back ``copy_(d, s)`` both
 copy memory, and the planner decides for each whether the program needs it.
 The conditions are stated in full, once, in docs/DESIGN.md ("Clone
 elimination"); the steps below cite them by number, and each decision names
-the condition with a :class:`~rewrite.planning.decisions.Reason`:
+the condition with a :class:`~rewrite.planning.decisions.Reason`. A clone is
+decided by the table :data:`CLONE_STEPS`, run in order until a step decides:
 
 =========================  ==============================================  ==================================
 step                       conditions                                      keep reasons
 =========================  ==============================================  ==================================
+:func:`_known_facts`       known metadata of both values                   ``UNKNOWN_STORAGE``
 :func:`_check_layout`      C1, C1 refined (``LAYOUT_UNOBSERVED``)          ``LAYOUT``
 :func:`_gather`            known storages, no opaque access of ``c``       ``UNKNOWN_STORAGE``, ``OPAQUE_USE``
-:func:`_check_c2_to_c5`    C4, C2, C3, C5 by ``o``'s whole region          their four reasons
-:func:`_check_c6`          C6, for every removal                           ``OUTPUT_ALIASING``
-:func:`_decide_fold`       C8 (C8a-C8d: :func:`_copy_back_region`,         the C8 reasons, else C2-C5's
-                           :func:`_fold_conflict`)
-:class:`_Scan`             C2'-C5' (``REMOVABLE_BY_DATAFLOW``)             C2-C5's first failure stands
-:func:`_decide_erase`      C10 (``DEAD_CLONE_ERASED``)                     ``DEAD_CLONE_FEEDS_A_CHECK``
-:func:`_decide_copy`       C9 (``SELF_COPY``)                              ``NOT_A_SELF_COPY``
-:func:`plan`               C7: each decision recorded in the planning      (none)
-                           state, kept copies decided again to a fixed
-                           point
+:func:`_whole_region`      C4, C2, C3, C5 by ``o``'s whole region          their four reasons (stand until a
+                           (:func:`_check_c2_to_c5`); then C6              later step removes); ``OUTPUT_ALIASING``
+:func:`_fold`              C8a-C8d (:func:`_decide_fold`); C6              the C8 reasons, else C2-C5's
+:func:`_refined`           C2'-C5' on live values (:class:`_Scan`); C6     the standing keep
 =========================  ==============================================  ==================================
 
-:func:`_decide_replacement` runs C1 to C8 for a clone in that order
-(:func:`_check_layout`, :func:`_gather`, :func:`_judge`); :func:`decide`
-dispatches a candidate to it, to C10 when it cannot be replaced, or to C9.
+A clone the steps keep may still go by C10 (:func:`_decide_erase`,
+``DEAD_CLONE_ERASED``; kept with ``DEAD_CLONE_FEEDS_A_CHECK``); a ``copy_`` is
+decided by C9 (:func:`_decide_copy`, ``SELF_COPY`` / ``NOT_A_SELF_COPY``);
+:func:`decide` dispatches a candidate, and :func:`plan` records each decision
+in the planning state and decides kept copies again to a fixed point (C7).
 The refinements ("layout", "liveness", "exact", "kills") can be left out with
 ``refinements=`` (sound: less goes); C10 has its own switch, ``erase_dead``.
 Everything a condition cannot prove is a keep with its reason. The planner
@@ -64,6 +62,7 @@ from rewrite.planning.decisions import Decision, Reason
 from rewrite.planning.state import CONDITIONS, REFINEMENTS, Plan, PlanningState, StorageClass, check_refinements
 
 __all__ = [
+    "CLONE_STEPS",
     "CONDITIONS",
     "REFINEMENTS",
     "Plan",
@@ -158,91 +157,139 @@ def _decide_clone(state: PlanningState, clone: torch.fx.Node) -> tuple[Decision,
     return decision, ()
 
 
-def _decide_replacement(state: PlanningState, clone: torch.fx.Node) -> Decision:
-    """C1-C8 in named steps: known metadata, the layout (C1), the clone's accesses, then the judgement."""
-    original = state.resolve(clone.args[0])  # type: ignore[arg-type]
+@dataclass
+class _Candidate:
+    """One clone being decided: what the steps of :data:`CLONE_STEPS` have established so far."""
 
-    def keep(reason: Reason, *ev: torch.fx.Node) -> Decision:
-        return Decision(clone.name, "keep", reason, tuple(e.name for e in ev), original.name)
+    clone: torch.fx.Node
+    original: torch.fx.Node
+    fc: TensorFacts | None = None
+    fo: TensorFacts | None = None
+    #: C1 refined: the clone changes a layout nothing observes
+    relocated: bool = False
+    info: _Clone | None = None
+    ro: Region | None = None
+    #: the keep that stands when no later step removes the clone
+    standing: Decision | None = None
 
-    fc, fo = state.analysis.facts_of(clone), state.analysis.facts_of(original)
-    if fc is None or fo is None:
-        return keep(Reason.UNKNOWN_STORAGE, *([] if fc else [clone]), *([] if fo else [original]))
-    relocated = _check_layout(state, clone, original, fc, fo, keep)
-    if isinstance(relocated, Decision):
-        return relocated
-    gathered = _gather(state, clone, original, relocated, keep)
-    if isinstance(gathered, Decision):
-        return gathered
-    return _judge(state, *gathered, keep)
+    def keep(self, reason: Reason, *ev: torch.fx.Node) -> Decision:
+        return Decision(self.clone.name, "keep", reason, tuple(e.name for e in ev), self.original.name)
+
+    def remove(self, reason: Reason, evidence: Iterable[torch.fx.Node] = ()) -> Decision:
+        return Decision(self.clone.name, "remove", reason, tuple(n.name for n in evidence), self.original.name)
 
 
-def _check_layout(
-    state: PlanningState, clone: torch.fx.Node, original: torch.fx.Node, fc: TensorFacts, fo: TensorFacts, keep: Keep
-) -> Decision | bool:
-    """C1 (and C1 refined): the keep decision, or whether the clone changes a layout nothing observes."""
+#: A step of a clone's decision: the decision, or None to go on to the next step.
+Step = Callable[[PlanningState, _Candidate], "Decision | None"]
+
+
+def _known_facts(state: PlanningState, cand: _Candidate) -> Decision | None:
+    """Both values have layout facts (metadata)."""
+    cand.fc, cand.fo = state.analysis.facts_of(cand.clone), state.analysis.facts_of(cand.original)
+    if cand.fc is None or cand.fo is None:
+        return cand.keep(
+            Reason.UNKNOWN_STORAGE, *([] if cand.fc else [cand.clone]), *([] if cand.fo else [cand.original])
+        )
+    return None
+
+
+def _check_layout(state: PlanningState, cand: _Candidate) -> Decision | None:
+    """C1 (and C1 refined): the keep decision, or None with ``relocated`` set when nothing observes a change."""
     if "C1" in state.unchecked:
-        return False
-    a = state.analysis
+        return None
+    a, clone, original = state.analysis, cand.clone, cand.original
+    assert cand.fc is not None and cand.fo is not None  # _known_facts
     suspect = suspect_layout(a, clone, original)
     if suspect is not None:  # recorded downstream of a fake kernel that lies about layouts
-        return keep(Reason.LAYOUT, original, *([suspect] if suspect is not original else []))
-    if same_layout(fc, fo):
-        return False
-    if not _layout_only_change(fc, fo) or "layout" not in state.refine:
-        return keep(Reason.LAYOUT, original)
-    observer = layout_observer(a, clone, fo, state.users, state.dead, state.resolve)
+        return cand.keep(Reason.LAYOUT, original, *([suspect] if suspect is not original else []))
+    if same_layout(cand.fc, cand.fo):
+        return None
+    if not _layout_only_change(cand.fc, cand.fo) or "layout" not in state.refine:
+        return cand.keep(Reason.LAYOUT, original)
+    observer = layout_observer(a, clone, cand.fo, state.users, state.dead, state.resolve)
     if observer is not None:
-        return keep(Reason.LAYOUT, original, *([observer] if observer is not clone else []))
-    return True
+        return cand.keep(Reason.LAYOUT, original, *([observer] if observer is not clone else []))
+    cand.relocated = True
+    return None
 
 
-def _gather(
-    state: PlanningState, clone: torch.fx.Node, original: torch.fx.Node, relocated: bool, keep: Keep
-) -> Decision | tuple[_Clone, Region]:
+def _gather(state: PlanningState, cand: _Candidate) -> Decision | None:
     """The clone's and the original's storage classes and the clone's accesses after it (C7)."""
-    a = state.analysis
+    a, clone, original = state.analysis, cand.clone, cand.original
     sc, so = a.single_storage(clone), a.single_storage(original)
     ro = state.region(original)
     if sc is None or so is None or ro is None:
-        return keep(Reason.UNKNOWN_STORAGE, clone if sc is None else original)
+        return cand.keep(Reason.UNKNOWN_STORAGE, clone if sc is None else original)
     pos = a.position(clone)
     ccls, ocls = state.cls(sc), state.cls(so)
     if ccls is ocls:
-        return keep(Reason.UNKNOWN_STORAGE, original)
+        return cand.keep(Reason.UNKNOWN_STORAGE, original)
     # Accesses of the clone's memory after the clone (its storage is fresh: all of it is c).
     c_reads: list[Access] = []
     c_writes: list[Access] = []
     for acc in state.after(ccls, pos):
         if a.is_unknown(acc.node):
-            return keep(Reason.OPAQUE_USE, acc.node)
+            return cand.keep(Reason.OPAQUE_USE, acc.node)
         (c_writes if acc.kind == "write" else c_reads).append(acc)
-    return _Clone(clone, original, pos, ccls, ocls, c_reads, c_writes, relocated), ro
+    cand.info, cand.ro = _Clone(clone, original, pos, ccls, ocls, c_reads, c_writes, cand.relocated), ro
+    return None
 
 
-def _judge(state: PlanningState, info: _Clone, ro: Region, keep: Keep) -> Decision:
-    """C2-C5 by the original's whole region, then C6; else the fold C8; else C2-C5 refined, then C6."""
-    name, original = info.clone.name, info.original.name
-    blocked = _check_c2_to_c5(state, info, ro, keep)
-    if blocked is None:
-        aliasing = _check_c6(state, info, keep) if "C6" not in state.unchecked else None
-        removable = Reason.LAYOUT_UNOBSERVED if info.relocated else Reason.REMOVABLE
-        return aliasing or Decision(name, "remove", removable, (), original)
-    result = blocked
-    if not info.relocated:
-        # C8: C2-C5 judge the original's whole region; the fold judges the regions written.
-        result = _decide_fold(state, info, blocked, keep)
-        if result.action == "remove":
-            return result
-    # C2-C5 refined: liveness, kills, value-preserving copies, element-exact same-node effects.
+def _whole_region(state: PlanningState, cand: _Candidate) -> Decision | None:
+    """C2-C5 judged by the original's whole region; when they hold, C6 decides."""
+    assert cand.info is not None and cand.ro is not None  # _gather
+    cand.standing = _check_c2_to_c5(state, cand.info, cand.ro, cand.keep)
+    if cand.standing is not None:
+        return None
+    aliasing = _check_c6(state, cand.info, cand.keep) if "C6" not in state.unchecked else None
+    return aliasing or cand.remove(Reason.LAYOUT_UNOBSERVED if cand.relocated else Reason.REMOVABLE)
+
+
+def _fold(state: PlanningState, cand: _Candidate) -> Decision | None:
+    """C8, judged by the regions the clone writes (not after a change of layout)."""
+    if cand.relocated:
+        return None
+    assert cand.info is not None and cand.standing is not None  # _whole_region
+    result = _decide_fold(state, cand.info, cand.standing, cand.keep)
+    if result.action == "remove":
+        return result
+    cand.standing = result
+    return None
+
+
+def _refined(state: PlanningState, cand: _Candidate) -> Decision:
+    """C2'-C5' on live values, then C6; when they fail, the standing keep."""
+    assert cand.info is not None and cand.ro is not None and cand.standing is not None
     if not state.refine - {"layout"}:
-        return result
-    refined = _Scan(state, info, ro, keep).run()
+        return cand.standing
+    refined = _Scan(state, cand.info, cand.ro, cand.keep).run()
     if isinstance(refined, Decision):
-        return result
-    aliasing = _check_c6(state, info, keep) if "C6" not in state.unchecked else None
-    reason = Reason.LAYOUT_UNOBSERVED if info.relocated else Reason.REMOVABLE_BY_DATAFLOW
-    return aliasing or Decision(name, "remove", reason, tuple(n.name for n in refined), original)
+        return cand.standing
+    aliasing = _check_c6(state, cand.info, cand.keep) if "C6" not in state.unchecked else None
+    return aliasing or cand.remove(Reason.LAYOUT_UNOBSERVED if cand.relocated else Reason.REMOVABLE_BY_DATAFLOW, refined)
+
+
+#: The steps that decide whether a clone may be replaced by its original, in order: (name,
+#: the conditions it judges, the step). Each establishes what the next needs or returns the
+#: decision; the last always decides. C10 follows for a clone they keep (:func:`_decide_clone`).
+CLONE_STEPS: tuple[tuple[str, str, Step], ...] = (
+    ("facts", "known metadata", _known_facts),
+    ("layout", "C1, C1 refined", _check_layout),
+    ("accesses", "known storages, no opaque access of the clone", _gather),
+    ("whole region", "C4, C2, C3, C5 by the original's whole region; C6", _whole_region),
+    ("fold", "C8a-C8d; C6", _fold),
+    ("refined", "C2'-C5' on live values; C6", _refined),
+)
+
+
+def _decide_replacement(state: PlanningState, clone: torch.fx.Node) -> Decision:
+    """C1-C8: run :data:`CLONE_STEPS` until one decides."""
+    cand = _Candidate(clone, state.resolve(clone.args[0]))  # type: ignore[arg-type]
+    for _, _, step in CLONE_STEPS:
+        decision = step(state, cand)
+        if decision is not None:
+            return decision
+    raise AssertionError("the last step of CLONE_STEPS always decides")  # pragma: no cover
 
 
 def _check_c2_to_c5(

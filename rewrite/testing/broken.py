@@ -80,7 +80,7 @@ __all__ = [
     "skipping",
 ]
 
-#: The conditions whose absence the fuzzer must detect (``tests/test_fuzz_power.py``).
+#: The conditions whose absence the fuzzer must detect (``tests/rewrite/testing/test_fuzz_power.py``).
 BROKEN_CONDITIONS: tuple[str, ...] = ("C2", "C3", "C5", "C6")
 
 

@@ -8,7 +8,7 @@ it still runs and still shows what it says.
 The kernel is this interpreter (``sys.executable``) through a kernelspec written
 to a temporary folder, so the notebooks see exactly the environment the tests
 run in, whatever kernels the machine has installed. To refresh the committed
-outputs after changing a notebook, run ``python tests/test_notebooks.py``.
+outputs after changing a notebook, run ``python tests/project/test_notebooks.py``.
 
 The README says how a user runs the notebook (``jupyter execute``, ``jupyter
 notebook``, the ``fx-aliasing`` kernel); the first of those commands is run here
@@ -35,7 +35,7 @@ from nbclient import NotebookClient
 #: runs the notebooks in a Jupyter kernel
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 KERNEL_NAME = "fx-aliasing-tests"
 

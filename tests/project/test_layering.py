@@ -29,7 +29,7 @@ import pytest
 
 import aliasing
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("aliasing", "rewrite")
 
 

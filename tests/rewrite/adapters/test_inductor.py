@@ -5,7 +5,7 @@ compiles a program with ``post_grad_custom_post_pass=CloneEliminationPass()``,
 runs eager and compiled on equal fresh inputs, and compares the outputs and the
 inputs afterwards (input mutations). Then it checks what the pass did: which
 functional ops it lowered and how many clones remain, and that its hazard
-guard (on by default; ``tests/test_inductor_guard.py`` tests it) found
+guard (on by default; ``tests/rewrite/guard/test_inductor_guard.py`` tests it) found
 nothing to guard in these programs. The Triton case runs in a
 subprocess: it installs a target-only Triton driver (so that Triton's mutation
 analysis works without a GPU) and runs the captured graphs with the kernel under
@@ -35,7 +35,7 @@ from rewrite.pipeline.reports import PipelineReport
 #: torch.compile with Inductor (and a Triton kernel in a subprocess)
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 # --- custom ops ------------------------------------------------------------------------
 

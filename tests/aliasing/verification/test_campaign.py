@@ -25,7 +25,7 @@ from aliasing.verification import campaign
 from aliasing.verification.campaign import CampaignError, CampaignOptions, WorkItem, merge_results, run_campaign, shard
 from rewrite.testing import soak
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 AUDIT_SLICE = ["--ops", "add", "mul", "--max-samples", "2", "--no-export", "--quiet"]
 SOAK_SLICE = ["--seeds", "0..3", "--examples", "3", "--max-ops", "5"]
 

@@ -78,10 +78,10 @@ def test_report_sections(page: str, demo_explanation: Explanation) -> None:
         assert f'id="{anchor}"' in page
     alts = [alt for alt, _ in _images(page)]
     assert alts[:2] == ["storage timeline", "storage graph"] if HAS_DOT else alts[:1] == ["storage timeline"]
-    # a close-up per clone, kept clones first
+    # a close-up per copy decided (the KV cache's write-back copy_ too), kept ones first
     assert [a for a in alts if a.startswith("timeline around")] == [
-        "timeline around clone", "timeline around clone_1", "timeline around clone_2",
-        "timeline around clone_3", "timeline around clone_4",
+        "timeline around clone", "timeline around clone_1", "timeline around copy_",
+        "timeline around clone_2", "timeline around clone_3", "timeline around clone_4",
     ]
     # the decision table: every decision with its condition, reason and evidence
     for d in demo_explanation.report.decisions:

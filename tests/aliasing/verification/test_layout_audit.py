@@ -56,7 +56,7 @@ from rewrite import Reason, eliminate_clones
 from rewrite.errors import NotEquivalent
 from rewrite.testing import check_equivalent, copy_program
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "benchmarks" / "results"
 
 Program = torch.fx.GraphModule | torch.export.ExportedProgram

@@ -41,7 +41,7 @@ from rewrite.testing import check_equivalent
 
 matplotlib = pytest.importorskip("matplotlib", reason="matplotlib is not installed (the notebooks extra)")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class TinyAttention(torch.nn.Module):
