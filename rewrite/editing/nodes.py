@@ -41,6 +41,7 @@ __all__ = [
     "replay",
     "static_int",
     "storage_key",
+    "take_name",
     "undo",
     "val",
     "view_chain",
@@ -139,6 +140,22 @@ def undo(graph: torch.fx.Graph, b: Builder, start: int) -> None:
         if not n.users:
             graph.erase_node(n)
     del b.created[start:]
+
+
+def take_name(node: torch.fx.Node, name: str) -> bool:
+    """Give ``node`` the name of a node just erased from its graph (False: it keeps its own).
+
+    A recreated node then keeps the name reports, generated code and an
+    ExportedProgram's signature know it by. The graph's namespace never frees
+    a name, so the name is reassigned to ``node`` rather than created anew.
+    """
+    namespace = getattr(node.graph, "_graph_namespace", None)
+    rename = getattr(namespace, "_rename_object", None)
+    if rename is None:
+        return False
+    node.name = name
+    rename(node, name)
+    return True
 
 
 def recompile(graph: torch.fx.Graph) -> None:

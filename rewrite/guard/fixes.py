@@ -48,9 +48,10 @@ class _Reorder:
 _Fix = _CloneInput | _Reorder
 
 
-def _apply(graph: torch.fx.Graph, fixes: Sequence[_Fix]) -> list[Guarded]:
-    """Apply the fixes (the one place the planned fixes mutate a graph); returns what was done."""
+def _apply(graph: torch.fx.Graph, fixes: Sequence[_Fix]) -> tuple[list[Guarded], list[torch.fx.Node]]:
+    """Apply the fixes (the one place the planned fixes mutate a graph); returns what was done and the copies made."""
     done: list[Guarded] = []
+    copies: list[torch.fx.Node] = []
     b: Builder | None = None
     for fix in fixes:
         if isinstance(fix, _Reorder):
@@ -80,10 +81,11 @@ def _apply(graph: torch.fx.Graph, fixes: Sequence[_Fix]) -> list[Guarded]:
         fix.user.replace_input_with(fix.value, value)
         helpers = tuple(n.name for n in b.created[start:] if n is not c)
         done.append(Guarded(fix.hazard, fix.user.name, "clone", (c.name,), _nbytes(c), fix.evidence + helpers))
+        copies.append(c)
     if fixes:
         graph.lint()
         recompile(graph)
-    return done
+    return done, copies
 
 
 def _guarded_rounds(
@@ -100,6 +102,7 @@ def _guarded_rounds(
     needs, no analysis is built at all.
     """
     done: list[Guarded] = []
+    copies: list[torch.fx.Node] = []
     seen: set[tuple[Hazard, torch.fx.Node]] = set()
     donated = tuple(donated_inputs)
     try:
@@ -110,11 +113,13 @@ def _guarded_rounds(
             if not fixes:
                 break
             seen.update((f.hazard, _where(f)) for f in fixes)
-            done.extend(_apply(graph, fixes))
+            applied, made = _apply(graph, fixes)
+            done.extend(applied)
+            copies.extend(made)
     except Exception as e:  # never raise from a pass: keep what was done (each fix leaves a valid graph)
         log.warning("fx-aliasing guard stopped: %s: %s", type(e).__name__, e)
-        return GuardReport(tuple(done), f"{type(e).__name__}: {e}")
-    return GuardReport(tuple(done))
+        return GuardReport(tuple(done), f"{type(e).__name__}: {e}", copies=tuple(copies))
+    return GuardReport(tuple(done), copies=tuple(copies))
 
 
 def _where(f: _Fix) -> torch.fx.Node:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -159,6 +159,8 @@ class GuardReport:
 
     guarded: tuple[Guarded, ...] = ()
     error: str | None = None
+    #: the copy nodes the stage made (named in :attr:`clones`): what the pipeline must keep
+    copies: tuple[torch.fx.Node, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def clones(self) -> tuple[str, ...]:
@@ -178,7 +180,7 @@ class GuardReport:
     def merged(self, other: GuardReport) -> GuardReport:
         """This report followed by ``other``."""
         errors = [e for e in (self.error, other.error) if e]
-        return GuardReport(self.guarded + other.guarded, "; ".join(errors) or None)
+        return GuardReport(self.guarded + other.guarded, "; ".join(errors) or None, copies=self.copies + other.copies)
 
     def summary(self) -> str:
         """One line: how many hazards, which, and the bytes copied."""
@@ -254,6 +256,5 @@ class OutputRoles:
 
 
 def protected_nodes(graph: torch.fx.Graph, report: GuardReport) -> Collection[torch.fx.Node]:
-    """The nodes of ``graph`` that are the guard's copies in ``report``."""
-    names = set(report.clones)
-    return [n for n in graph.nodes if n.name in names]
+    """The guard's copies in ``report`` that are nodes of ``graph`` (the nodes themselves: no name is looked up)."""
+    return [n for n in report.copies if n.graph is graph]

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from aliasing.core.facts import has_meta, meta_value
-from rewrite.editing.nodes import COMPUTE, Builder, fake_mode, storage_key
+from rewrite.editing.nodes import COMPUTE, Builder, fake_mode, storage_key, take_name
 
 __all__ = ["refresh_stale", "storage_keys"]
 
@@ -33,7 +33,7 @@ def storage_keys(v: Any) -> set[int]:
     return set() if k is None else {k}
 
 
-def refresh_stale(graph: torch.fx.Graph, stale: set[int]) -> list[str]:
+def refresh_stale(graph: torch.fx.Graph, stale: set[int]) -> dict[str, str]:
     """Recreate every node whose fake value still lives in one of the ``stale`` fake storages.
 
     Nodes are recreated in graph order, each with its fake value recomputed
@@ -42,13 +42,15 @@ def refresh_stale(graph: torch.fx.Graph, stale: set[int]) -> list[str]:
     ``make_fx`` in real mode leaves them, or fake propagation fails) is left as
     it is: the analysis stays sound over stale metadata (views alias by their
     schema or op identity, unknown ops alias everything), it only loses
-    precision. Returns the names of the recreated nodes (empty if nothing was
-    stale).
+    precision. A recreated node takes the name of the node it replaces
+    (:func:`rewrite.editing.nodes.take_name`). Returns ``{old name: name now}``
+    for the recreated nodes (the same name unless the graph's namespace could
+    not be reused; empty if nothing was stale).
     """
     if not stale:
-        return []
+        return {}
     mode = fake_mode(graph)
-    recreated: list[str] = []
+    recreated: dict[str, str] = {}
     for node in list(graph.nodes):
         if node.op != "call_function" or not has_meta(node):
             continue
@@ -70,6 +72,8 @@ def refresh_stale(graph: torch.fx.Graph, stale: set[int]) -> list[str]:
             log.debug("left the stale metadata of %s: %s: %s", node.name, type(e).__name__, e)
             continue
         node.replace_all_uses_with(fresh)
-        recreated.append(node.name)
+        name = node.name
         graph.erase_node(node)
+        take_name(fresh, name)
+        recreated[name] = fresh.name
     return recreated

@@ -137,7 +137,8 @@ def _round(target: Target, options: Options) -> Round:
         log.warning("copy planning failed, keeping every copy: %s: %s", type(e).__name__, e)
         clones = [n for n in candidates if is_clone_candidate(n)]
         return Round(CloneEliminationReport.internal_error(clones, f"{type(e).__name__}: {e}", opaque), {}, False)
-    _refresh(graph, stale)
+    # a recreated node keeps its name; where it could not, its new name is a replacement too
+    replaced.update((old, new) for old, new in _refresh(graph, stale).items() if old != new)
     for d in planned:
         log.debug("%s %s (%s): %s %s", d.action, d.node, d.original, d.reason, ", ".join(d.evidence))
     return Round(CloneEliminationReport(tuple(planned), opaque=opaque), replaced, bool(state.relocated))
@@ -152,15 +153,16 @@ def _stale_storages(planned: Plan) -> set[int]:
     return stale
 
 
-def _refresh(graph: torch.fx.Graph, stale: set[int]) -> None:
-    """Recreate the nodes whose fake values live in ``stale`` storages (never those of inputs or constants)."""
+def _refresh(graph: torch.fx.Graph, stale: set[int]) -> dict[str, str]:
+    """Recreate the nodes whose fake values live in ``stale`` storages (never those of inputs or
+    constants); ``{old name: name now}`` of the recreated nodes."""
     if not stale:
-        return
+        return {}
     keep_keys: set[int] = set()
     for n in graph.nodes:
         if n.op in ("placeholder", "get_attr"):
             keep_keys |= storage_keys(meta_value(n))
-    refresh_stale(graph, stale - keep_keys)
+    return refresh_stale(graph, stale - keep_keys)
 
 
 def lower_and_eliminate(

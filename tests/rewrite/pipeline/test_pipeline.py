@@ -85,3 +85,34 @@ def test_one_analysis_per_run_on_the_demo() -> None:
         pipeline = lower_and_eliminate(copy_program(gm).graph, donated_inputs=DEMO_DONATED_INPUTS)
     assert count.count == pipeline.analyses == 1
     assert pipeline.removed == report.removed
+
+
+class _ViewOfClone(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x * 2
+        c = y.clone()  # removable: its view `select` is returned, with stale metadata after the removal
+        return c[0], c.sum()
+
+
+def test_recreated_nodes_keep_their_names_and_an_exported_program_stays_consistent(tmp_path: object) -> None:
+    x = torch.randn(3, 4)
+    ep = torch.export.export(_ViewOfClone(), (x,))
+    expected = ep.module()(x)
+    report = eliminate_clones(ep)
+    assert report.removed == ("clone",)
+    out = next(n for n in ep.graph.nodes if n.op == "output")
+    returned = [a.name for a in out.args[0]]
+    assert returned == ["select", "sum_1"]  # `select` was recreated (its fake value lived in the clone's storage)
+    assert [s.arg.name for s in ep.graph_signature.output_specs] == returned
+    assert all(a.equal(b) for a, b in zip(ep.module()(x), expected))
+    path = f"{tmp_path}/rewritten.pt2"
+    torch.export.save(ep, path)
+    loaded = torch.export.load(path)
+    assert all(a.equal(b) for a, b in zip(loaded.module()(x), expected))
+
+    gm = make_fx(_ViewOfClone(), tracing_mode="fake")(x)
+    rewritten = copy_program(gm)
+    assert isinstance(rewritten, torch.fx.GraphModule)
+    eliminate_clones(rewritten)
+    assert "select = " in rewritten.code and "clone" not in rewritten.code
+    check_equivalent(gm, rewritten, lambda: [torch.randn(3, 4)])
