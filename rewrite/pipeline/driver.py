@@ -19,8 +19,9 @@ A run, on a graph it may mutate:
 
 The state's updates are exact but for one case: a clone removed with a change
 of layout (C1 refined) leaves the values of its storage without a region
-("anywhere"). Only then is the graph analysed again for another round
-(``max_rounds`` bounds them); the report counts the analyses.
+("anywhere"). Only when a kept copy depends on such a storage is the graph
+analysed again for another round (``max_rounds`` bounds them); the report
+counts the analyses.
 """
 
 from __future__ import annotations
@@ -67,11 +68,11 @@ class Options:
 
 @dataclass(frozen=True)
 class Round:
-    """One round: its report, the analysis' opaque nodes, and whether the state lost precision."""
+    """One round: its report, the names it replaced, and whether a kept copy met the state's imprecision."""
 
     report: CloneEliminationReport
     replaced: dict[str, str]
-    relocated: bool
+    again: bool  #: a kept copy met the imprecision: analyse again
 
 
 def run(target: Target, options: Options) -> tuple[PipelineReport, dict[str, str]]:
@@ -107,7 +108,7 @@ def run(target: Target, options: Options) -> tuple[PipelineReport, dict[str, str
             done = _round(target, options)
             rounds.append(done.report)
             replaced.update(done.replaced)
-            if done.report.error or not done.replaced or not done.relocated:
+            if done.report.error or not done.replaced or not done.again:
                 break  # the state's updates were exact: the plan is the graph's fixed point
     except Exception as e:  # never raise from a pass: report and keep what was done
         if options.strict:
@@ -141,7 +142,16 @@ def _round(target: Target, options: Options) -> Round:
     replaced.update((old, new) for old, new in _refresh(graph, stale).items() if old != new)
     for d in planned:
         log.debug("%s %s (%s): %s %s", d.action, d.node, d.original, d.reason, ", ".join(d.evidence))
-    return Round(CloneEliminationReport(tuple(planned), opaque=opaque), replaced, bool(state.relocated))
+    return Round(CloneEliminationReport(tuple(planned), opaque=opaque), replaced, _imprecise_for_a_keep(state, planned))
+
+
+def _imprecise_for_a_keep(state: PlanningState, planned: Plan) -> bool:
+    """Whether a kept copy depends on a storage class a layout-changing removal left without
+    regions (C1 refined: "anywhere"): only then can a fresh analysis decide it otherwise."""
+    if not state.relocated:
+        return False
+    vague = {state.find(sid) for sid in state.relocated}
+    return any(d.action == "keep" and state.classes_of(n) & vague for n, d in zip(planned.nodes, planned.decisions))
 
 
 def _stale_storages(planned: Plan) -> set[int]:
@@ -191,8 +201,8 @@ def lower_and_eliminate(
         Lower ``auto_functionalized``/``_v2``/``triton_kernel_wrapper_functional``
         first; with False only the copies already in the graph are judged.
     max_rounds : int
-        Bound on planner rounds (a round after the first only follows a removal
-        that changed a layout).
+        Bound on planner rounds (a round after the first only follows when a
+        kept copy depends on a storage a layout-changing removal left without regions).
     keep : collection of fx.Node
         Copies the planner must leave alone (the hazard guard's protective clones).
 

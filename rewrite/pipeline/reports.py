@@ -31,7 +31,7 @@ class PipelineReport:
     eliminations: tuple[CloneEliminationReport, ...] = ()
     error: str | None = None
     #: analyses built by the run (one per planner round; a round after the first only follows
-    #: a removal that changed a layout, where the planning state's regions are "anywhere")
+    #: when a kept copy depends on a storage a layout-changing removal left without regions)
     analyses: int = 0
 
     def elimination(self) -> CloneEliminationReport:

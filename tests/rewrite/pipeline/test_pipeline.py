@@ -116,3 +116,31 @@ def test_recreated_nodes_keep_their_names_and_an_exported_program_stays_consiste
     eliminate_clones(rewritten)
     assert "select = " in rewritten.code and "clone" not in rewritten.code
     check_equivalent(gm, rewritten, lambda: [torch.randn(3, 4)])
+
+
+def _strided() -> torch.Tensor:
+    return torch.randn(4, 16)[:, ::2]
+
+
+def _relocated_alone(x: torch.Tensor) -> torch.Tensor:
+    return torch.sin(x.contiguous()) + 1  # a layout change nothing observes (C1 refined)
+
+
+def _relocated_beside_a_keep(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    c = x.clone()
+    c.add_(1)  # kept: it judges x's memory, which the layout-changing removal leaves without regions
+    return torch.sin(x.contiguous()) + 1, c * 2
+
+
+@pytest.mark.parametrize(("fn", "analyses"), [(_relocated_alone, 1), (_relocated_beside_a_keep, 2)])
+def test_a_second_analysis_only_where_a_kept_copy_meets_a_layout_changing_removal(
+    fn: Callable[..., object], analyses: int
+) -> None:
+    gm = make_fx(fn, tracing_mode="fake")(_strided())
+    rewritten = copy_program(gm)
+    assert isinstance(rewritten, torch.fx.GraphModule)
+    with counting_analyses() as count:
+        report = lower_and_eliminate(rewritten.graph, lower_functional=False)
+    assert Reason.LAYOUT_UNOBSERVED in {d.reason for d in report.elimination().decisions if d.action == "remove"}
+    assert report.analyses == count.count == analyses
+    check_equivalent(gm, rewritten, lambda: [_strided()])
