@@ -19,7 +19,7 @@ pass context (``get_pass_context().donated_input_ids``) exactly as vLLM's pass
 does; and it removes every clone that conditions C1-C7 of
 :mod:`rewrite.planning.planner` prove unneeded, with the library's copy-back folds
 (C8) and self-copy removal (C9), and keeps every other one
-(:func:`rewrite.lowering.lower_and_eliminate`).
+(:func:`rewrite.lower_and_eliminate`).
 
 Logging: through vLLM's logging setup (logger ``vllm.rewrite.vllm``, so
 ``VLLM_LOGGING_LEVEL=DEBUG`` shows it), each decision at DEBUG as vLLM's passes

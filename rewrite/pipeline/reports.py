@@ -20,7 +20,7 @@ def _is_copy(d: Decision) -> bool:
 
 @dataclass(frozen=True)
 class PipelineReport:
-    """Everything :func:`rewrite.lowering.lower_and_eliminate` did: the lowering, then each planner round.
+    """Everything :func:`rewrite.lower_and_eliminate` (or :func:`rewrite.eliminate_clones`) did: the lowering, then each planner round.
 
     ``eliminations`` holds one :class:`~rewrite.planning.decisions.CloneEliminationReport`
     per round of the copy planner (:mod:`rewrite.planning.planner`), with a decision for
