@@ -224,7 +224,14 @@ def same_layout(a: TensorFacts, b: TensorFacts) -> bool:
         and a.is_conj == b.is_conj
         and a.is_neg == b.is_neg
         and len(a.sizes) == len(b.sizes)
-        and all(known_equal(x, y) for x, y in zip(a.sizes, b.sizes))
-        and all(known_equal(x, y) for x, y in zip(a.strides, b.strides))
+        and _all_known_equal(a.sizes, b.sizes)
+        and _all_known_equal(a.strides, b.strides)
         and known_equal(a.storage_offset, b.storage_offset)
     )
+
+
+def _all_known_equal(xs: tuple[SizeLike, ...], ys: tuple[SizeLike, ...]) -> bool:
+    """Element-wise :func:`known_equal` of two tuples of the same length (plain ints compared at once)."""
+    if all(type(x) is int for x in xs) and all(type(y) is int for y in ys):
+        return xs == ys  # (never compare SymInts with ==: that may add a guard)
+    return all(known_equal(x, y) for x, y in zip(xs, ys))

@@ -11,6 +11,10 @@ _TO_COPY_KWARGS = frozenset({"dtype", "layout", "device", "memory_format", "non_
 
 #: Torch-level spellings of a clone (``torch.fx.symbolic_trace`` graphs).
 _TORCH_CLONES = (torch.clone, torch.Tensor.clone)
+_MEMORY_FORMAT = frozenset({"memory_format"})
+_CLONE = torch.ops.aten.clone.default
+_TO_COPY = torch.ops.aten._to_copy.default
+_COPY_ = torch.ops.aten.copy_.default
 
 
 def is_clone_candidate(node: torch.fx.Node) -> bool:
@@ -28,19 +32,26 @@ def is_clone_candidate(node: torch.fx.Node) -> bool:
     >>> [n.name for n in gm.graph.nodes if is_clone_candidate(n)]
     ['clone', 'clone_1']
     """
-    if not node.args or not isinstance(node.args[0], torch.fx.Node):
+    op = node.op  # most nodes are decided by their op and target alone (this runs on every node)
+    allowed: frozenset[str] | None
+    if op == "call_function":
+        target = node.target
+        if target is _CLONE:
+            allowed = None
+        elif target is _TO_COPY:
+            allowed = _TO_COPY_KWARGS
+        elif target in _TORCH_CLONES:
+            allowed = _MEMORY_FORMAT
+        else:
+            return False
+    elif op == "call_method" and node.target == "clone":
+        allowed = _MEMORY_FORMAT
+    else:
         return False
-    if node.op == "call_method":
-        return node.target == "clone" and len(node.args) == 1 and set(node.kwargs) <= {"memory_format"}
-    if node.op != "call_function":
+    args = node.args
+    if len(args) != 1 or not isinstance(args[0], torch.fx.Node):
         return False
-    if node.target is torch.ops.aten.clone.default:
-        return len(node.args) == 1
-    if node.target is torch.ops.aten._to_copy.default:
-        return len(node.args) == 1 and set(node.kwargs) <= _TO_COPY_KWARGS
-    if node.target in _TORCH_CLONES:
-        return len(node.args) == 1 and set(node.kwargs) <= {"memory_format"}
-    return False
+    return allowed is None or set(node.kwargs) <= allowed
 
 
 def is_copy_candidate(node: torch.fx.Node) -> bool:
@@ -56,7 +67,7 @@ def is_copy_candidate(node: torch.fx.Node) -> bool:
     """
     return (
         node.op == "call_function"
-        and node.target is torch.ops.aten.copy_.default
+        and node.target is _COPY_
         and len(node.args) == 2
         and not node.kwargs
         and all(isinstance(a, torch.fx.Node) for a in node.args)
