@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import operator
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -33,8 +34,17 @@ def storage_keys(v: Any) -> set[int]:
     return set() if k is None else {k}
 
 
-def refresh_stale(graph: torch.fx.Graph, stale: set[int]) -> dict[str, str]:
+def refresh_stale(
+    graph: torch.fx.Graph, stale: set[int], roots: Iterable[torch.fx.Node] | None = None
+) -> dict[str, str]:
     """Recreate every node whose fake value still lives in one of the ``stale`` fake storages.
+
+    With ``roots`` (the nodes that took the place of the removed clones), only
+    their users are looked at, and the users of every stale node found, in
+    turn: a fake value lives in a removed clone's storage only when it was
+    made from one that does (a view, an in-place result, an element of a
+    tuple), and every use of the clone is now a use of its replacement.
+    Without ``roots`` every node of the graph is looked at.
 
     Nodes are recreated in graph order, each with its fake value recomputed
     from its current arguments under the graph's fake mode. A node whose value
@@ -51,10 +61,8 @@ def refresh_stale(graph: torch.fx.Graph, stale: set[int]) -> dict[str, str]:
         return {}
     mode = fake_mode(graph)
     recreated: dict[str, str] = {}
-    for node in list(graph.nodes):
-        if node.op != "call_function" or not has_meta(node):
-            continue
-        if not (storage_keys(meta_value(node)) & stale):
+    for node in list(graph.nodes) if roots is None else _reached(graph, roots, stale):
+        if not _is_stale(node, stale):
             continue
         if mode is None:
             log.debug("left the stale metadata of %s: the graph has no single fake mode", node.name)
@@ -64,7 +72,8 @@ def refresh_stale(graph: torch.fx.Graph, stale: set[int]) -> dict[str, str]:
             with graph.inserting_before(node):
                 if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
                     parent = meta_value(node.args[0])
-                    val = parent[node.args[1]] if isinstance(parent, (list, tuple)) else COMPUTE
+                    index: Any = node.args[1]
+                    val = parent[index] if isinstance(parent, (list, tuple)) else COMPUTE
                     fresh = b.call(node.target, tuple(node.args), dict(node.kwargs), val=val)
                 else:
                     fresh = b.call(node.target, tuple(node.args), dict(node.kwargs))
@@ -77,3 +86,23 @@ def refresh_stale(graph: torch.fx.Graph, stale: set[int]) -> dict[str, str]:
         take_name(fresh, name)
         recreated[name] = fresh.name
     return recreated
+
+
+def _is_stale(node: torch.fx.Node, stale: set[int]) -> bool:
+    return node.op == "call_function" and has_meta(node) and bool(storage_keys(meta_value(node)) & stale)
+
+
+def _reached(graph: torch.fx.Graph, roots: Iterable[torch.fx.Node], stale: set[int]) -> list[torch.fx.Node]:
+    """The stale nodes among the users of ``roots`` and, transitively, of the stale nodes found,
+    in graph order."""
+    found: set[torch.fx.Node] = set()
+    frontier = [u for r in roots for u in r.users]
+    while frontier:
+        node = frontier.pop()
+        if node in found or not _is_stale(node, stale):
+            continue
+        found.add(node)
+        frontier.extend(node.users)
+    if not found:
+        return []
+    return [n for n in graph.nodes if n in found]

@@ -130,7 +130,7 @@ def _round(target: Target, options: Options) -> Round:
         opaque = tuple(n.name for n in analysis.opaque_nodes)
         state = PlanningState(analysis, erase_dead=options.erase_dead, refine=options.refinements, protected=kept)
         planned = plan(state, candidates)
-        stale = _stale_storages(planned)
+        stale, roots = _stale_storages(planned)
         replaced = apply_plan(graph, planned)  # all or nothing
     except Exception as e:
         if options.strict:
@@ -139,7 +139,7 @@ def _round(target: Target, options: Options) -> Round:
         clones = [n for n in candidates if is_clone_candidate(n)]
         return Round(CloneEliminationReport.internal_error(clones, f"{type(e).__name__}: {e}", opaque), {}, False)
     # a recreated node keeps its name; where it could not, its new name is a replacement too
-    replaced.update((old, new) for old, new in _refresh(graph, stale).items() if old != new)
+    replaced.update((old, new) for old, new in _refresh(graph, stale, roots).items() if old != new)
     for d in planned:
         log.debug("%s %s (%s): %s %s", d.action, d.node, d.original, d.reason, ", ".join(d.evidence))
     return Round(CloneEliminationReport(tuple(planned), opaque=opaque), replaced, _imprecise_for_a_keep(state, planned))
@@ -154,16 +154,23 @@ def _imprecise_for_a_keep(state: PlanningState, planned: Plan) -> bool:
     return any(d.action == "keep" and state.classes_of(n) & vague for n, d in zip(planned.nodes, planned.decisions))
 
 
-def _stale_storages(planned: Plan) -> set[int]:
-    """The fake storages of the clones the plan removes by replacement: values there become stale."""
+def _stale_storages(planned: Plan) -> tuple[set[int], list[torch.fx.Node]]:
+    """The fake storages of the clones the plan removes (values there become stale), and the
+    nodes that take the replaced clones' places (the clones' users become theirs)."""
     stale: set[int] = set()
-    for node, d, _ in planned.removals():
+    originals: list[torch.fx.Node] = []
+    gone: set[torch.fx.Node] = set()
+    for node, d, erased in planned.removals():
+        gone.add(node)
+        gone.update(erased)
         if not d.reason.is_copy_reason:
             stale |= storage_keys(meta_value(node))
-    return stale
+            if isinstance(node.args[0], torch.fx.Node):
+                originals.append(node.args[0])
+    return stale, [n for n in dict.fromkeys(originals) if n not in gone]
 
 
-def _refresh(graph: torch.fx.Graph, stale: set[int]) -> dict[str, str]:
+def _refresh(graph: torch.fx.Graph, stale: set[int], roots: list[torch.fx.Node]) -> dict[str, str]:
     """Recreate the nodes whose fake values live in ``stale`` storages (never those of inputs or
     constants); ``{old name: name now}`` of the recreated nodes."""
     if not stale:
@@ -172,7 +179,7 @@ def _refresh(graph: torch.fx.Graph, stale: set[int]) -> dict[str, str]:
     for n in graph.nodes:
         if n.op in ("placeholder", "get_attr"):
             keep_keys |= storage_keys(meta_value(n))
-    return refresh_stale(graph, stale - keep_keys)
+    return refresh_stale(graph, stale - keep_keys, roots)
 
 
 def lower_and_eliminate(

@@ -13,8 +13,10 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from aliasing import analyze as aliasing_analyze
 from aliasing.core.analysis import counting_analyses
 from rewrite import Reason, eliminate_clones, lower_and_eliminate
+from rewrite.editing.apply import apply_plan
 from rewrite.examples import DEMO_DONATED_INPUTS, trace_demo
 from rewrite.testing import check_equivalent, copy_program
 
@@ -144,3 +146,32 @@ def test_a_second_analysis_only_where_a_kept_copy_meets_a_layout_changing_remova
     assert Reason.LAYOUT_UNOBSERVED in {d.reason for d in report.elimination().decisions if d.action == "remove"}
     assert report.analyses == count.count == analyses
     check_equivalent(gm, rewritten, lambda: [_strided()])
+
+
+def _views_of_a_clone(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    c = y.clone()
+    a, b = c.split(2)  # elements of a tuple in the clone's storage
+    d = a.t()[0]  # a view of a view
+    e = b.add_(1)  # an in-place result
+    return d.sum() + e.sum()
+
+
+@pytest.mark.parametrize("fn", [_views_of_a_clone, _ViewOfClone()])
+def test_refreshing_from_the_replacements_finds_every_stale_node_a_full_scan_finds(fn: Callable[..., object]) -> None:
+    from rewrite.lowering.metadata import refresh_stale, storage_keys
+    from rewrite.planning.planner import plan_clone_elimination
+
+    gm = make_fx(fn, tracing_mode="fake")(torch.randn(4, 4))
+    results = []
+    for use_roots in (False, True):
+        g = copy_program(gm)
+        assert isinstance(g, torch.fx.GraphModule)
+        planned = plan_clone_elimination(aliasing_analyze(g))
+        removed = [n for n, d, _ in planned.removals()]
+        assert removed, "the clone is removed"
+        stale = set().union(*(storage_keys(n.meta.get("val")) for n in removed))
+        roots = [n.args[0] for n in removed]
+        apply_plan(g.graph, planned)
+        results.append(refresh_stale(g.graph, stale, roots if use_roots else None))
+    assert results[0] == results[1] and results[0]
