@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from typing import Union
 
@@ -20,8 +19,6 @@ from rewrite.planning.decisions import CloneEliminationReport
 from rewrite.planning.state import check_refinements
 
 __all__ = ["eliminate_clones"]
-
-log = logging.getLogger(__name__)
 
 Target = Union[torch.fx.GraphModule, torch.fx.Graph, "torch.export.ExportedProgram"]
 
