@@ -105,7 +105,7 @@ class Access:
         d["position"], d["node"], d["kind"], d["value"], d["whole"] = position, node, kind, value, whole
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class StorageInfo:
     """One storage: its id, the role of the memory at the graph boundary, and where it came from."""
 
@@ -113,6 +113,11 @@ class StorageInfo:
     role: Role
     origin: str  #: name of the node that created it
     note: str = ""
+
+    def __init__(self, id: str, role: Role, origin: str, note: str = "") -> None:  # noqa: A002
+        # One per storage of every analysis: fill the fields directly (see Access).
+        d = self.__dict__
+        d["id"], d["role"], d["origin"], d["note"] = id, role, origin, note
 
 
 def _sid(i: int) -> str:
@@ -407,10 +412,12 @@ class _Builder:
             effect = self.effects.effect(node, self.cache)
         self.effect_of[node] = effect
         self.roles[node] = Role.INTERMEDIATE
-        self.record(pos, node, "read", effect.reads, whole=effect.unknown)
-        self.record(pos, node, "write", effect.writes, whole=effect.unknown)
+        if effect.reads:
+            self.record(pos, node, "read", effect.reads, whole=effect.unknown)
+        if effect.writes:
+            self.record(pos, node, "write", effect.writes, whole=effect.unknown)
         facts = self.cache.tensor(node)
-        multi = self.cache.outputs(node)
+        multi = self.cache.outputs(node) if facts is None else None  # a tensor value is no tuple
         if effect.unknown:
             reach = self._union(effect.reaches)
             if is_tensor_meta(node) is False and multi is None:
@@ -914,6 +921,12 @@ def paused_gc() -> Iterator[None]:
     tensor of the graph) again and again, which made analysis time grow faster
     than the graph. The collector is disabled and the existing objects frozen
     for the duration; both are restored afterwards (nested uses are no-ops).
+
+    The objects the pass made are handed to the oldest generation with the
+    rest (``gc.freeze()`` then ``gc.unfreeze()``): they survive the pass (the
+    analysis, the rewritten graph), and a young-generation collection right
+    after it would only traverse them all once more (a tenth of an analysis'
+    time); the next full collection still frees any cycle among them.
     """
     global _gc_depth
     _gc_depth += 1
@@ -926,6 +939,7 @@ def paused_gc() -> Iterator[None]:
     finally:
         _gc_depth -= 1
         if _gc_depth == 0:
+            gc.freeze()  # the pass's objects join the frozen ones, and all go to the oldest generation
             gc.unfreeze()
             if enabled:
                 gc.enable()

@@ -224,6 +224,9 @@ class _SchemaEffect:
     out_params: tuple[int, ...]  # keyword-only written arguments (``out=``): they may be resized
     write_only: tuple[int, ...]  # written, old value never read: copy_'s self, out= of out variants
     unclassified: bool  # an ATen overload that aliasing.core.registry cannot classify: every call is unknown
+    #: one fresh tensor result, nothing written, no alias annotation, nothing hidden (``mm``,
+    #: ``softmax``, ``clone``): the common case, which :func:`schema_effect` takes a short way
+    plain: bool = False
 
 
 #: Templates by ``id(op)`` (the op is kept alive in the value, so its id is not reused).
@@ -261,6 +264,16 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
     tensor_args = tuple(i for i, a in enumerate(schema.arguments) if "Tensor" in str(a.type))
     out_sets = tuple(frozenset(o.alias_set) for o in info.outs)
     out_args = tuple(tuple(i for i in tensor_args if arg_sets[i] & o) for o in out_sets)
+    metadata_only = name in METADATA_ONLY or schema.name in METADATA_ONLY
+    unclassified = registry.kind == "unclassified" and schema.name.startswith("aten::")
+    may_write = any(arg_writes) or any(hidden_writes)
+    plain = (
+        not (metadata_only or unclassified or may_write or list_return or registry.kind == "metadata-mutating")
+        and len(out_sets) == 1
+        and not out_args[0]
+        and view_of is None
+        and str(returns[0].type) == "Tensor"
+    )
     return _SchemaEffect(
         names=names,
         index={n: i for i, n in enumerate(names)},
@@ -271,16 +284,17 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
         out_sets=out_sets,
         out_args=out_args,
         list_return=list_return,
-        metadata_only=name in METADATA_ONLY or schema.name in METADATA_ONLY,
+        metadata_only=metadata_only,
         never_copies=schema.name in VIEWS,
         hidden_writes=hidden_writes,
         hidden_condition=names.index(condition) if condition in names else None,
         hidden_view_of=names.index(view_of) if view_of in names else None,
-        may_write=any(arg_writes) or any(hidden_writes),
+        may_write=may_write,
         mutates_metadata=registry.kind == "metadata-mutating",
         out_params=tuple(i for i in range(len(names)) if arg_writes[i] and kwarg_only[i]),
         write_only=_write_only(schema.name, names, arg_writes, kwarg_only, registry.kind),
-        unclassified=registry.kind == "unclassified" and schema.name.startswith("aten::"),
+        unclassified=unclassified,
+        plain=plain,
     )
 
 
@@ -421,6 +435,8 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
     index = se.index
     if len(args) > len(se.names) or (kwargs and any(k not in index for k in kwargs)):
         return unknown_effect(node, "arguments do not match the schema")
+    if se.plain:
+        return _plain_effect(se, node, facts)
     # The tensor arguments actually passed, by schema position.
     passed: dict[int, list[torch.fx.Node]] = {}
     tensors: list[torch.fx.Node] = []
@@ -441,6 +457,37 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
         outputs=outputs,
         copies=tuple(copies),
     )
+
+
+def _plain_effect(se: _SchemaEffect, node: torch.fx.Node, facts: FactsCache) -> Effect:
+    """The effect of a call of a plain op (:attr:`_SchemaEffect.plain`): it reads every tensor
+    passed and returns fresh memory, unless the trace shows the result in an argument's storage
+    (then it aliases the first such argument). What the general path computes for these ops."""
+    args, kwargs = node.args, node.kwargs
+    nargs = len(args)
+    tensors: list[torch.fx.Node] = []
+    for i in se.tensor_args:
+        if kwargs and se.names[i] in kwargs:
+            value = kwargs[se.names[i]]
+        elif i < nargs and not se.kwarg_only[i]:
+            value = args[i]
+        else:
+            continue
+        if type(value) is torch.fx.Node:
+            tensors.append(value)
+        else:
+            tensors.extend(_flat(value))
+    reads = tuple(dict.fromkeys(tensors)) if len(tensors) > 1 else tuple(tensors)
+    aliased: Sources = ()
+    f = facts.tensor(node)
+    if f is not None:
+        key = f.storage_key
+        for n in reads:
+            g = facts.tensor(n)
+            if g is not None and g.storage_key == key:
+                aliased = (n,)
+                break
+    return Effect(reads=reads, outputs={SINGLE: aliased})
 
 
 def _collect_passed(

@@ -30,18 +30,28 @@ class TensorFacts:
     are in elements. ``region`` is None for non-strided layouts (sparse, nested).
     """
 
-    __slots__ = ("_offset", "_region", "_sizes", "_strides", "dtype", "itemsize", "storage_key", "strided", "value")
+    __slots__ = ("_bits", "_dtype", "_offset", "_region", "_sizes", "_strides", "storage_key", "strided", "value")
 
     def __init__(self, value: torch.Tensor, storage_key: int, strided: bool) -> None:
         self.value = value  #: the (fake) tensor the facts are read from
         self.storage_key = storage_key  #: identity of the fake storage (equal keys: same storage at trace time)
         self.strided = strided
-        self.dtype: torch.dtype = value.dtype
-        self.itemsize: int = value.dtype.itemsize
+        self._dtype: torch.dtype | None = None
         self._sizes: tuple[SizeLike, ...] | None = None
         self._strides: tuple[SizeLike, ...] | None = None
         self._offset: SizeLike = 0
         self._region: Region | None = None
+        self._bits: tuple[torch.device, bool, bool] | None = None  # device, conj and neg bits, read once
+
+    @property
+    def dtype(self) -> torch.dtype:
+        if self._dtype is None:
+            self._dtype = self.value.dtype
+        return self._dtype
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
 
     @property
     def sizes(self) -> tuple[SizeLike, ...]:
@@ -75,17 +85,24 @@ class TensorFacts:
         """True for the torch.strided layout (sparse and nested tensors are not)."""
         return self.strided
 
+    def _read_bits(self) -> tuple[torch.device, bool, bool]:
+        # A subclass's methods and properties cost about a microsecond each: read them once.
+        if self._bits is None:
+            v = self.value
+            self._bits = (v.device, bool(v.is_conj()), bool(v.is_neg()))
+        return self._bits
+
     @property
     def device(self) -> torch.device:
-        return self.value.device
+        return self._read_bits()[0]
 
     @property
     def is_conj(self) -> bool:
-        return bool(self.value.is_conj())
+        return self._read_bits()[1]
 
     @property
     def is_neg(self) -> bool:
-        return bool(self.value.is_neg())
+        return self._read_bits()[2]
 
     def __repr__(self) -> str:
         return (
@@ -216,17 +233,15 @@ def same_region(x: Region, y: Region) -> bool:
 
 def same_layout(a: TensorFacts, b: TensorFacts) -> bool:
     """True when two values provably agree on dtype, device, sizes, strides, offset and bits."""
-    return (
+    return (  # the cheap facts first
         a.is_strided
         and b.is_strided
         and a.dtype == b.dtype
-        and a.device == b.device
-        and a.is_conj == b.is_conj
-        and a.is_neg == b.is_neg
         and len(a.sizes) == len(b.sizes)
         and _all_known_equal(a.sizes, b.sizes)
         and _all_known_equal(a.strides, b.strides)
         and known_equal(a.storage_offset, b.storage_offset)
+        and a._read_bits() == b._read_bits()
     )
 
 

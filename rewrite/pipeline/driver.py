@@ -176,9 +176,8 @@ def _refresh(graph: torch.fx.Graph, stale: set[int], roots: list[torch.fx.Node])
     if not stale:
         return {}
     keep_keys: set[int] = set()
-    for n in graph.nodes:
-        if n.op in ("placeholder", "get_attr"):
-            keep_keys |= storage_keys(meta_value(n))
+    for n in (*graph.find_nodes(op="placeholder"), *graph.find_nodes(op="get_attr")):
+        keep_keys |= storage_keys(meta_value(n))
     return refresh_stale(graph, stale - keep_keys, roots)
 
 

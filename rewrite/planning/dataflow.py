@@ -35,6 +35,7 @@ from __future__ import annotations
 import operator
 import weakref
 from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import torch
@@ -330,7 +331,7 @@ class Liveness:
         self.relevant: set[torch.fx.Node] = set()  # dead nodes whose values may reach a raise
         self._effectful: dict[object, bool] = {}  # is_side_effectful per OpOverload target
         for node in reversed(analysis.nodes):
-            if _pure(analysis, node, self._effectful) and all(u in self.dead for u in node.users):
+            if all(u in self.dead for u in node.users) and _pure(analysis, node, self._effectful):
                 self._mark(node, node.users)
 
     def _mark(self, node: torch.fx.Node, users: Iterable[torch.fx.Node]) -> None:
@@ -445,22 +446,33 @@ def _recorded_by_liar(analysis: AliasAnalysis, node: torch.fx.Node) -> torch.fx.
     if liars is None:
         liars = {}
         divergent: dict[int, bool] = {}  # per op, by identity
-        for n in analysis.nodes:
-            op = op_of(n)
-            lies = False
-            if op is not None:
-                hit = divergent.get(id(op))
-                if hit is None:
-                    hit = divergent[id(op)] = fake_layout_divergent(str(op))
-                lies = hit
-            if lies:
-                liars[n] = n
-                continue
-            source = next((liars[a] for a in _arg_nodes(n) if a in liars), None)
-            if source is not None:
-                liars[n] = source
+        lying = [n for n in analysis.nodes if _lies(n, divergent)]
+        if lying:  # else nothing is computed from a liar: no walk over the graph
+            first = analysis.position(lying[0])
+            for n in analysis.nodes[first:]:
+                if _lies(n, divergent):
+                    liars[n] = n
+                    continue
+                source = next((liars[a] for a in _arg_nodes(n) if a in liars), None)
+                if source is not None:
+                    liars[n] = source
         _LIARS[analysis] = liars
     return liars.get(node)
+
+
+def _lies(node: torch.fx.Node, divergent: dict[int, bool]) -> bool:
+    """Whether ``node`` calls an op whose fake kernel the layout audit caught lying (``divergent``: per op, by identity)."""
+    target = node.target
+    if node.op == "call_function" and isinstance(target, torch._ops.OpOverload):
+        op: torch._ops.OpOverload | None = target
+    else:
+        op = op_of(node)
+    if op is None:
+        return False
+    hit = divergent.get(id(op))
+    if hit is None:
+        hit = divergent[id(op)] = fake_layout_divergent(str(op))
+    return hit
 
 
 def _names_memory_format(clone: torch.fx.Node) -> bool:
@@ -624,7 +636,7 @@ def layout_observer(
     the old one, and the pass never rewrites metadata that later passes
     (Inductor's among them) read.
     """
-    dead_set = frozenset(dead)
+    dead_set: AbstractSet[torch.fx.Node] = dead if isinstance(dead, (set, frozenset)) else frozenset(dead)
     if _layout(new_facts) is None:
         return value
     for user in users(value):
@@ -641,7 +653,7 @@ def _unobserved(
     names: frozenset[torch.fx.Node],
     new_facts: TensorFacts,
     users: Callable[[torch.fx.Node], Sequence[torch.fx.Node]],
-    dead: frozenset[torch.fx.Node],
+    dead: AbstractSet[torch.fx.Node],
     resolve: Callable[[torch.fx.Node], torch.fx.Node],
 ) -> bool:
     if user.op == "output" or analysis.is_unknown(user):

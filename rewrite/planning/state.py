@@ -105,10 +105,13 @@ class Plan(Sequence[Decision]):
 
 def _reaching_output(analysis: AliasAnalysis) -> frozenset[torch.fx.Node]:
     """The output node and every node whose result it uses, directly or through other nodes."""
-    reach: set[torch.fx.Node] = set()
-    for node in reversed(analysis.nodes):
-        if node.op == "output" or any(u in reach for u in node.users):
-            reach.add(node)
+    stack = [n for n in analysis.nodes if n.op == "output"]
+    reach: set[torch.fx.Node] = set(stack)
+    while stack:  # backwards along uses, from the output node
+        for arg in stack.pop().all_input_nodes:
+            if arg not in reach:
+                reach.add(arg)
+                stack.append(arg)
     return frozenset(reach)
 
 
