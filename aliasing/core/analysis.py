@@ -155,6 +155,8 @@ class _Builder:
         self._related: dict[int, tuple[int, ...]] = {}
         self._identity: bool | None = None
         self._suspect: dict[torch.fx.Node, bool] = {}
+        self._liars: set[torch.fx.Node] | None = None
+        self._divergent: dict[int, bool] = {}  # per op, by identity (the op stays alive in the graph)
 
     # -- storages -------------------------------------------------------------
     def new_storage(self, role: Role, origin: torch.fx.Node, note: str = "") -> int:
@@ -235,6 +237,10 @@ class _Builder:
         hit = self._suspect.get(node)
         if hit is not None:
             return hit
+        if self._liars is None:  # the graph's lying ops, found once (per op, by identity)
+            self._liars = {n for n in self.target.graph.nodes if self._lies(n)}
+        if not self._liars:
+            return False  # nothing is computed from a liar
         stack = [node]
         seen: set[torch.fx.Node] = set()
         while stack:  # iterative: long chains must not exhaust Python's recursion limit
@@ -244,10 +250,18 @@ class _Builder:
             seen.add(n)
             stack.extend(a for a in n.all_input_nodes if a not in self._suspect)
         for n in sorted(seen, key=lambda n: self.position.get(n, -1)):  # arguments before their users
-            op = n.target
-            lies = n.op == "call_function" and isinstance(op, torch._ops.OpOverload) and fake_layout_divergent(str(op))
-            self._suspect[n] = lies or any(self._suspect.get(a, False) for a in n.all_input_nodes)
+            self._suspect[n] = n in self._liars or any(self._suspect.get(a, False) for a in n.all_input_nodes)
         return self._suspect[node]
+
+    def _lies(self, n: torch.fx.Node) -> bool:
+        """Whether ``n`` calls an op whose fake kernel the layout audit caught lying."""
+        op = n.target
+        if n.op != "call_function" or not isinstance(op, torch._ops.OpOverload):
+            return False
+        hit = self._divergent.get(id(op))
+        if hit is None:
+            hit = self._divergent[id(op)] = fake_layout_divergent(str(op))
+        return hit
 
     def region(self, node: torch.fx.Node) -> Region | None:
         """The value's exact region in its one storage (read from its facts on demand), or None."""

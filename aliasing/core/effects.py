@@ -227,6 +227,9 @@ class _SchemaEffect:
     #: one fresh tensor result, nothing written, no alias annotation, nothing hidden (``mm``,
     #: ``softmax``, ``clone``): the common case, which :func:`schema_effect` takes a short way
     plain: bool = False
+    #: a view op (:data:`VIEWS`) whose one tensor result aliases its first argument only, nothing
+    #: written or hidden (``view``, ``t``, ``slice``, ``expand``): the other short way
+    view: bool = False
 
 
 #: Templates by ``id(op)`` (the op is kept alive in the value, so its id is not reused).
@@ -267,13 +270,14 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
     metadata_only = name in METADATA_ONLY or schema.name in METADATA_ONLY
     unclassified = registry.kind == "unclassified" and schema.name.startswith("aten::")
     may_write = any(arg_writes) or any(hidden_writes)
-    plain = (
+    simple = (
         not (metadata_only or unclassified or may_write or list_return or registry.kind == "metadata-mutating")
         and len(out_sets) == 1
-        and not out_args[0]
         and view_of is None
         and str(returns[0].type) == "Tensor"
     )
+    plain = simple and not out_args[0]
+    view = simple and schema.name in VIEWS and out_args[0] == (0,)
     return _SchemaEffect(
         names=names,
         index={n: i for i, n in enumerate(names)},
@@ -295,6 +299,7 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
         write_only=_write_only(schema.name, names, arg_writes, kwarg_only, registry.kind),
         unclassified=unclassified,
         plain=plain,
+        view=view,
     )
 
 
@@ -437,6 +442,10 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
         return unknown_effect(node, "arguments do not match the schema")
     if se.plain:
         return _plain_effect(se, node, facts)
+    if se.view:
+        short = _view_effect(se, node)
+        if short is not None:
+            return short
     # The tensor arguments actually passed, by schema position.
     passed: dict[int, list[torch.fx.Node]] = {}
     tensors: list[torch.fx.Node] = []
@@ -463,7 +472,39 @@ def _plain_effect(se: _SchemaEffect, node: torch.fx.Node, facts: FactsCache) -> 
     """The effect of a call of a plain op (:attr:`_SchemaEffect.plain`): it reads every tensor
     passed and returns fresh memory, unless the trace shows the result in an argument's storage
     (then it aliases the first such argument). What the general path computes for these ops."""
+    tensors = _passed_tensors(se, node.args, node.kwargs)
+    reads = tuple(dict.fromkeys(tensors)) if len(tensors) > 1 else tuple(tensors)
+    aliased: Sources = ()
+    f = facts.tensor(node)
+    if f is not None:
+        key = f.storage_key
+        for n in reads:
+            g = facts.tensor(n)
+            if g is not None and g.storage_key == key:
+                aliased = (n,)
+                break
+    return Effect(reads=reads, outputs={SINGLE: aliased})
+
+
+def _view_effect(se: _SchemaEffect, node: torch.fx.Node) -> Effect | None:
+    """The effect of a call of a view op (:attr:`_SchemaEffect.view`): its result aliases its
+    first argument, and it reads the other tensors passed (what the general path computes for
+    these ops); None when the first argument is no node (the general path decides)."""
     args, kwargs = node.args, node.kwargs
+    name = se.names[0]
+    if kwargs and name in kwargs:
+        base = kwargs[name]
+    else:
+        base = args[0] if args and not se.kwarg_only[0] else None
+    if type(base) is not torch.fx.Node:
+        return None
+    tensors = _passed_tensors(se, args, kwargs)
+    reads = tuple(n for n in dict.fromkeys(tensors) if n is not base) if len(tensors) > 1 else ()
+    return Effect(reads=reads, outputs={SINGLE: (base,)})
+
+
+def _passed_tensors(se: _SchemaEffect, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[torch.fx.Node]:
+    """The tensor arguments of one call, in schema order, with repeats."""
     nargs = len(args)
     tensors: list[torch.fx.Node] = []
     for i in se.tensor_args:
@@ -477,17 +518,7 @@ def _plain_effect(se: _SchemaEffect, node: torch.fx.Node, facts: FactsCache) -> 
             tensors.append(value)
         else:
             tensors.extend(_flat(value))
-    reads = tuple(dict.fromkeys(tensors)) if len(tensors) > 1 else tuple(tensors)
-    aliased: Sources = ()
-    f = facts.tensor(node)
-    if f is not None:
-        key = f.storage_key
-        for n in reads:
-            g = facts.tensor(n)
-            if g is not None and g.storage_key == key:
-                aliased = (n,)
-                break
-    return Effect(reads=reads, outputs={SINGLE: aliased})
+    return tensors
 
 
 def _collect_passed(
