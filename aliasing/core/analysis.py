@@ -540,6 +540,8 @@ class AliasAnalysis:
 
     # -- plumbing -------------------------------------------------------------
     def _node(self, n: NodeRef) -> torch.fx.Node:
+        if type(n) is torch.fx.Node and n in self._b.position:
+            return n
         if isinstance(n, torch.fx.Node):
             if n not in self._b.position:
                 raise UnknownNodeError(f"node is not in the analysed graph: {describe_node(n)}")
@@ -604,11 +606,15 @@ class AliasAnalysis:
     def single_storage(self, n: NodeRef) -> str | None:
         """The one known storage ``n``'s value lives in; None when it may live in several,
         in :data:`UNKNOWN_STORAGE`, or is not a tensor (``storage_of`` in one id, without the set)."""
-        pts = self._pts(self._node(n))
+        b = self._b
+        if type(n) is torch.fx.Node and n in b.position:  # the common case, without the checks of _node
+            pts = b.points_to.get(n, frozenset())
+        else:
+            pts = self._pts(self._node(n))
         if len(pts) != 1:
             return None
         for s in pts:
-            return None if s == _U else self._b.storages[s].id
+            return None if s == _U else b.storages[s].id
         return None
 
     def values_in(self, sid: str) -> tuple[torch.fx.Node, ...]:

@@ -1023,6 +1023,8 @@ def _kept_depending_on(state: PlanningState, order: Sequence[torch.fx.Node], tou
     a copy kept earlier may depend on what this pass changed); a removal only changes the
     accesses of the classes it merges into or leaves."""
     dirty = {state.find(s) for s in touched}
+    if not dirty:
+        return []
     return [
         c
         for c in order
