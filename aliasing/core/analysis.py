@@ -114,7 +114,7 @@ class StorageInfo:
     origin: str  #: name of the node that created it
     note: str = ""
 
-    def __init__(self, id: str, role: Role, origin: str, note: str = "") -> None:  # noqa: A002
+    def __init__(self, id: str, role: Role, origin: str, note: str = "") -> None:
         # One per storage of every analysis: fill the fields directly (see Access).
         d = self.__dict__
         d["id"], d["role"], d["origin"], d["note"] = id, role, origin, note

@@ -1,0 +1,117 @@
+"""The short ways through ``schema_effect`` (plain ops, view ops) give exactly the general rules' effects.
+
+``aliasing.core.effects`` computes each overload's template once and sends calls
+of two kinds of op a short way: *plain* ops (one fresh tensor result, nothing
+written, no alias annotation, no hidden effect: ``mm``, ``softmax``, ``clone``)
+and *view* ops whose one result aliases their first argument only (``view``,
+``t``, ``slice``, ``expand``). Here every call node of many graphs (drawn
+fuzzer programs, the benchmark decoders, a program of views passed by keyword
+and a graph whose fake tensors show a "fresh" result in its argument's storage)
+gets its effect both ways, the general one with the short ways switched off in
+the template, and the two must be equal field by field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.fx
+from hypothesis import HealthCheck, given, settings
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from aliasing.core import effects
+from aliasing.core.facts import FactsCache
+from benchmarks.synthetic import build_shared_weight_graph, build_transformer_graph
+from rewrite.testing.programs import Program, programs
+
+
+def _fields(e: effects.Effect) -> tuple[object, ...]:
+    return (e.reads, e.writes, dict(e.outputs), e.unknown, e.reaches, e.note, e.copies)
+
+
+def _calls(graph: torch.fx.Graph) -> Iterator[tuple[torch.fx.Node, torch._ops.OpOverload]]:
+    for node in graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            yield node, node.target
+
+
+def _general(node: torch.fx.Node, op: torch._ops.OpOverload, cache: FactsCache, monkeypatch: pytest.MonkeyPatch) -> effects.Effect:
+    """The effect by the general rules: the op's template with both short ways off."""
+    template = dataclasses.replace(effects._schema_effect(op), plain=False, view=False)
+    with monkeypatch.context() as m:
+        m.setattr(effects, "_schema_effect", lambda o: template if o is op else effects._TEMPLATES[id(o)][1])
+        return effects.schema_effect(node, cache, op)
+
+
+def _compare(graph: torch.fx.Graph, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Compare both ways on every op call of ``graph``; count the calls that took each short way."""
+    taken = {"plain": 0, "view": 0}
+    cache = FactsCache()
+    for node, op in _calls(graph):
+        template = effects._schema_effect(op)
+        short = effects.schema_effect(node, cache, op)
+        general = _general(node, op, cache, monkeypatch)
+        assert _fields(short) == _fields(general), (node.format_node(), _fields(short), _fields(general))
+        taken["plain"] += template.plain
+        taken["view"] += template.view
+    return taken
+
+
+def test_templates_name_the_short_ways() -> None:
+    t = effects._schema_effect
+    assert t(torch.ops.aten.mm.default).plain and not t(torch.ops.aten.mm.default).view
+    assert t(torch.ops.aten.clone.default).plain
+    assert t(torch.ops.aten.t.default).view and t(torch.ops.aten.expand.default).view
+    for op in (
+        torch.ops.aten.add_.Tensor,  # writes
+        torch.ops.aten.split.Tensor,  # a list of views
+        torch.ops.aten.native_batch_norm.default,  # hidden writes, three results
+        torch.ops.aten._unsafe_view.default,  # an undeclared view
+        torch.ops.aten.reshape.default,  # a view or a copy
+        torch.ops.aten.contiguous.default,
+        torch.ops.aten.sym_size.int,  # metadata only
+        torch.ops.aten.t_.default,  # changes its argument's layout
+    ):
+        assert not t(op).plain and not t(op).view, op
+
+
+def test_benchmark_decoders(monkeypatch: pytest.MonkeyPatch) -> None:
+    taken = {"plain": 0, "view": 0}
+    for gm in (build_shared_weight_graph(2)[0], build_transformer_graph(2)[0]):
+        for k, v in _compare(gm.graph, monkeypatch).items():
+            taken[k] += v
+    assert taken["plain"] > 0 and taken["view"] > 0  # both ways were taken
+
+
+def test_views_by_keyword_and_extra_tensor_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = torch.ops.aten.view.default(x, size=[6, 2])
+        b = torch.ops.aten.expand.default(self=y[:1], size=[4, 3])
+        c = torch.ops.aten.slice.Tensor(x, dim=1, start=1, end=3)
+        d = torch.ops.aten.as_strided.default(x, [2, 2], [1, 3], 1)
+        e = torch.ops.aten.mm.default(x.t(), y)
+        return a, b, c, d, e, x.clone()
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(4, 3), torch.randn(4, 3))
+    taken = _compare(gm.graph, monkeypatch)
+    assert taken["view"] >= 4 and taken["plain"] >= 2
+
+
+def test_a_fresh_result_in_its_arguments_storage_aliases_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The trace is evidence: where a plain op's fake result lives in an argument's fake storage,
+    # the result aliases that argument, by both ways.
+    gm = make_fx(lambda x: x.clone() + 1, tracing_mode="fake")(torch.randn(3))
+    clone = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.clone.default)
+    clone.meta["val"] = clone.args[0].meta["val"]  # type: ignore[union-attr]
+    _compare(gm.graph, monkeypatch)
+    assert effects.schema_effect(clone, FactsCache()).outputs[effects.SINGLE] == (clone.args[0],)
+
+
+@settings(max_examples=40, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+@given(programs())
+def test_drawn_programs(program: Program) -> None:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _compare(program.graph_module.graph, monkeypatch)
