@@ -633,7 +633,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-compare", action="store_true", help="skip the side-by-side equivalence comparison")
     p.add_argument("--no-vllm", action="store_true", help="do not time vLLM's pass even when vllm is installed")
-    p.add_argument("--models", action="store_true", help="also time analyze on real model graphs (benchmarks.models)")
     return p
 
 
