@@ -844,19 +844,23 @@ def counting_analyses() -> Iterator[AnalysisCount]:
         _COUNTERS.remove(counter)
 
 
+#: Per op, by identity: whether it returns a tensor (the op is kept in the value, so its id is not reused).
+_RETURNS_TENSOR: dict[int, tuple[torch._ops.OpOverload, bool]] = {}
+
+
 def _values_without_metadata(graph: torch.fx.Graph) -> tuple[list[torch.fx.Node], int]:
     """Placeholders and ATen calls that return a tensor, without ``meta['val']``; and how many there are."""
     missing: list[torch.fx.Node] = []
     total = 0
-    returns_tensor: dict[int, bool] = {}  # per op, by identity
     for n in graph.nodes:
         if n.op == "placeholder":
             pass
         elif n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
-            hit = returns_tensor.get(id(n.target))
+            hit = _RETURNS_TENSOR.get(id(n.target))
             if hit is None:
-                hit = returns_tensor[id(n.target)] = any("Tensor" in str(r.type) for r in n.target._schema.returns)
-            if not hit:
+                value = any("Tensor" in str(r.type) for r in n.target._schema.returns)
+                _RETURNS_TENSOR[id(n.target)] = hit = (n.target, value)
+            if not hit[1]:
                 continue  # returns nothing (a custom op that only writes, an assert): no value to describe
         else:
             continue
