@@ -45,6 +45,7 @@ from aliasing.core.effects import (
     Effect,
     EffectTable,
     always_aliases_first,
+    fake_kernel_lies,
     indexing_effect,
     metadata_written,
     mutates_metadata,
@@ -53,7 +54,6 @@ from aliasing.core.effects import (
     unknown_effect,
 )
 from aliasing.core.facts import FactsCache, TensorFacts, facts_of_value, is_tensor_meta
-from aliasing.core.layout_divergences import fake_layout_divergent
 from aliasing.core.regions import Region, regions_may_overlap
 from aliasing.core.roles import UNKNOWN_STORAGE, Role
 from aliasing.core.subgraphs import tie_control_flow
@@ -120,6 +120,12 @@ class StorageInfo:
         d["id"], d["role"], d["origin"], d["note"] = id, role, origin, note
 
 
+def _calls_lying_op(n: torch.fx.Node) -> bool:
+    """Whether ``n`` calls an ATen overload whose fake kernel the layout audit caught lying."""
+    op = n.target
+    return n.op == "call_function" and isinstance(op, torch._ops.OpOverload) and fake_kernel_lies(op)
+
+
 def _sid(i: int) -> str:
     return UNKNOWN_STORAGE if i == _U else f"s{i}"
 
@@ -156,7 +162,6 @@ class _Builder:
         self._identity: bool | None = None
         self._suspect: dict[torch.fx.Node, bool] = {}
         self._liars: set[torch.fx.Node] | None = None
-        self._divergent: dict[int, bool] = {}  # per op, by identity (the op stays alive in the graph)
 
     # -- storages -------------------------------------------------------------
     def new_storage(self, role: Role, origin: torch.fx.Node, note: str = "") -> int:
@@ -237,8 +242,8 @@ class _Builder:
         hit = self._suspect.get(node)
         if hit is not None:
             return hit
-        if self._liars is None:  # the graph's lying ops, found once (per op, by identity)
-            self._liars = {n for n in self.target.graph.nodes if self._lies(n)}
+        if self._liars is None:  # the graph's lying ops, found once
+            self._liars = {n for n in self.target.graph.nodes if _calls_lying_op(n)}
         if not self._liars:
             return False  # nothing is computed from a liar
         stack = [node]
@@ -252,16 +257,6 @@ class _Builder:
         for n in sorted(seen, key=lambda n: self.position.get(n, -1)):  # arguments before their users
             self._suspect[n] = n in self._liars or any(self._suspect.get(a, False) for a in n.all_input_nodes)
         return self._suspect[node]
-
-    def _lies(self, n: torch.fx.Node) -> bool:
-        """Whether ``n`` calls an op whose fake kernel the layout audit caught lying."""
-        op = n.target
-        if n.op != "call_function" or not isinstance(op, torch._ops.OpOverload):
-            return False
-        hit = self._divergent.get(id(op))
-        if hit is None:
-            hit = self._divergent[id(op)] = fake_layout_divergent(str(op))
-        return hit
 
     def region(self, node: torch.fx.Node) -> Region | None:
         """The value's exact region in its one storage (read from its facts on demand), or None."""
@@ -540,7 +535,7 @@ class AliasAnalysis:
 
     # -- plumbing -------------------------------------------------------------
     def _node(self, n: NodeRef) -> torch.fx.Node:
-        if type(n) is torch.fx.Node and n in self._b.position:
+        if type(n) is torch.fx.Node and n in self._b.position:  # the common case, checked at once
             return n
         if isinstance(n, torch.fx.Node):
             if n not in self._b.position:
@@ -606,15 +601,11 @@ class AliasAnalysis:
     def single_storage(self, n: NodeRef) -> str | None:
         """The one known storage ``n``'s value lives in; None when it may live in several,
         in :data:`UNKNOWN_STORAGE`, or is not a tensor (``storage_of`` in one id, without the set)."""
-        b = self._b
-        if type(n) is torch.fx.Node and n in b.position:  # the common case, without the checks of _node
-            pts = b.points_to.get(n, frozenset())
-        else:
-            pts = self._pts(self._node(n))
+        pts = self._pts(self._node(n))
         if len(pts) != 1:
             return None
         for s in pts:
-            return None if s == _U else b.storages[s].id
+            return None if s == _U else self._b.storages[s].id
         return None
 
     def values_in(self, sid: str) -> tuple[torch.fx.Node, ...]:

@@ -52,6 +52,7 @@ import torch.fx
 
 from aliasing.core.facts import FactsCache, TensorFacts, is_tensor_meta, known_equal
 from aliasing.core.hidden_effects import HIDDEN_EFFECTS
+from aliasing.core.layout_divergences import fake_layout_divergent
 from aliasing.core.registry import classify
 from aliasing.core.resolve import INPLACE_OPERATORS, PURE_OPERATORS, SCALAR_FUNCTIONS, resolve_overload
 
@@ -63,6 +64,7 @@ __all__ = [
     "EffectRule",
     "EffectTable",
     "always_aliases_first",
+    "fake_kernel_lies",
     "indexing_effect",
     "metadata_written",
     "mutates_metadata",
@@ -230,6 +232,9 @@ class _SchemaEffect:
     #: a view op (:data:`VIEWS`) whose one tensor result aliases its first argument only, nothing
     #: written or hidden (``view``, ``t``, ``slice``, ``expand``): the other short way
     view: bool = False
+    #: the layout audit caught the op's fake kernel laying results out otherwise than eager
+    #: (:func:`aliasing.core.layout_divergences.fake_layout_divergent`)
+    fake_divergent: bool = False
 
 
 #: Templates by ``id(op)`` (the op is kept alive in the value, so its id is not reused).
@@ -300,6 +305,7 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
         unclassified=unclassified,
         plain=plain,
         view=view,
+        fake_divergent=fake_layout_divergent(str(op)),
     )
 
 
@@ -667,6 +673,12 @@ def _reads(
         inputs = {n for i, nodes in passed.items() if i not in se.write_only for n in nodes}
         return tuple(n for n in all_tensors if n not in overwritten or n in inputs)
     return all_tensors
+
+
+def fake_kernel_lies(op: torch._ops.OpOverload) -> bool:
+    """Whether the layout audit caught ``op``'s fake kernel laying results out otherwise than eager
+    (:func:`aliasing.core.layout_divergences.fake_layout_divergent`, remembered in the op's template)."""
+    return _schema_effect(op).fake_divergent
 
 
 def always_aliases_first(op: torch._ops.OpOverload) -> bool:

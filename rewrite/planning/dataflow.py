@@ -42,8 +42,9 @@ import torch
 import torch.fx
 
 from aliasing import AliasAnalysis
+from aliasing.core.effects import fake_kernel_lies
 from aliasing.core.facts import TensorFacts, same_layout
-from aliasing.core.layout_divergences import fake_layout_divergent, layout_divergent
+from aliasing.core.layout_divergences import layout_divergent
 from aliasing.core.resolve import resolve_overload
 
 __all__ = [
@@ -445,12 +446,11 @@ def _recorded_by_liar(analysis: AliasAnalysis, node: torch.fx.Node) -> torch.fx.
     liars = _LIARS.get(analysis)
     if liars is None:
         liars = {}
-        divergent: dict[int, bool] = {}  # per op, by identity
-        lying = [n for n in analysis.nodes if _lies(n, divergent)]
+        lying = [n for n in analysis.nodes if _lies(n)]
         if lying:  # else nothing is computed from a liar: no walk over the graph
             first = analysis.position(lying[0])
             for n in analysis.nodes[first:]:
-                if _lies(n, divergent):
+                if _lies(n):
                     liars[n] = n
                     continue
                 source = next((liars[a] for a in _arg_nodes(n) if a in liars), None)
@@ -460,19 +460,10 @@ def _recorded_by_liar(analysis: AliasAnalysis, node: torch.fx.Node) -> torch.fx.
     return liars.get(node)
 
 
-def _lies(node: torch.fx.Node, divergent: dict[int, bool]) -> bool:
-    """Whether ``node`` calls an op whose fake kernel the layout audit caught lying (``divergent``: per op, by identity)."""
-    target = node.target
-    if node.op == "call_function" and isinstance(target, torch._ops.OpOverload):
-        op: torch._ops.OpOverload | None = target
-    else:
-        op = op_of(node)
-    if op is None:
-        return False
-    hit = divergent.get(id(op))
-    if hit is None:
-        hit = divergent[id(op)] = fake_layout_divergent(str(op))
-    return hit
+def _lies(node: torch.fx.Node) -> bool:
+    """Whether ``node`` calls an op (ATen, or what a torch-level call resolves to) whose fake kernel the layout audit caught lying."""
+    op = op_of(node)
+    return op is not None and fake_kernel_lies(op)
 
 
 def _names_memory_format(clone: torch.fx.Node) -> bool:
