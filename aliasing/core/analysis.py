@@ -31,9 +31,9 @@ import sys
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 import torch.fx
@@ -47,7 +47,7 @@ from aliasing.core.effects import (
     always_aliases_first,
     fake_kernel_lies,
     indexing_effect,
-    metadata_written,
+    metadata_mutated_values,
     mutates_metadata,
     recomputed_copy,
     tensor_nodes,
@@ -82,12 +82,12 @@ _U = -1
 NodeRef = torch.fx.Node | str
 
 
-@dataclass(frozen=True, init=False)
-class Access:
+class Access(NamedTuple):
     """One read or write of a value's memory by a node, at the node's graph position.
 
     ``whole`` is true when the node may touch its storage anywhere (unknown ops),
-    not only the value's region.
+    not only the value's region. (A named tuple: the analysis makes one per
+    access, and a tuple is the cheapest object to make and free.)
     """
 
     position: int
@@ -96,17 +96,12 @@ class Access:
     value: torch.fx.Node
     whole: bool = False
 
-    def __init__(
-        self, position: int, node: torch.fx.Node, kind: Literal["read", "write"], value: torch.fx.Node, whole: bool = False
-    ) -> None:
-        # The analysis makes one per access: fill the fields directly (a frozen dataclass's
-        # generated __init__ pays a call per field).
-        d = self.__dict__
-        d["position"], d["node"], d["kind"], d["value"], d["whole"] = position, node, kind, value, whole
+
+#: Makes an Access (or StorageInfo) from its fields in order, without the generated ``__new__``'s Python call.
+_new_tuple = tuple.__new__
 
 
-@dataclass(frozen=True, init=False)
-class StorageInfo:
+class StorageInfo(NamedTuple):
     """One storage: its id, the role of the memory at the graph boundary, and where it came from."""
 
     id: str
@@ -114,16 +109,15 @@ class StorageInfo:
     origin: str  #: name of the node that created it
     note: str = ""
 
-    def __init__(self, id: str, role: Role, origin: str, note: str = "") -> None:
-        # One per storage of every analysis: fill the fields directly (see Access).
-        d = self.__dict__
-        d["id"], d["role"], d["origin"], d["note"] = id, role, origin, note
-
 
 def _calls_lying_op(n: torch.fx.Node) -> bool:
     """Whether ``n`` calls an ATen overload whose fake kernel the layout audit caught lying."""
     op = n.target
     return n.op == "call_function" and isinstance(op, torch._ops.OpOverload) and fake_kernel_lies(op)
+
+
+#: The effect of a ``getitem`` of a multi-output node (it reads and writes nothing; one for all).
+_GETITEM = Effect(note="getitem")
 
 
 def _sid(i: int) -> str:
@@ -146,6 +140,11 @@ class _Builder:
         self.accesses: dict[int, list[Access]] = {_U: []}
         self.members: dict[int, list[torch.fx.Node]] = {_U: []}
         self.effect_of: dict[torch.fx.Node, Effect] = {}
+        self.opaque: list[torch.fx.Node] = []  # nodes whose effect is unknown, in graph order
+        #: placeholders and ATen calls that return a tensor (their values need metadata), and those
+        #: of them without ``meta['val']``, in graph order
+        self.described = 0
+        self.undescribed: list[torch.fx.Node] = []
         self.roles: dict[torch.fx.Node, Role] = {}
         self.outputs: list[torch.fx.Node] = []
         self.output_node: torch.fx.Node | None = None
@@ -166,7 +165,7 @@ class _Builder:
     # -- storages -------------------------------------------------------------
     def new_storage(self, role: Role, origin: torch.fx.Node, note: str = "") -> int:
         i = len(self.storages)
-        self.storages.append(StorageInfo(_sid(i), role, origin.name, note))
+        self.storages.append(_new_tuple(StorageInfo, (f"s{i}", role, origin.name, note)))
         self.accesses[i] = []
         self.members[i] = []
         if role is not Role.INTERMEDIATE:
@@ -297,38 +296,50 @@ class _Builder:
                 self.exact.add(node)  # its region (read on demand) is exact in its one storage
 
     def record(self, pos: int, node: torch.fx.Node, kind: Literal["read", "write"], values: Iterable[torch.fx.Node], whole: bool) -> None:
+        points_to, exact, accesses = self.points_to, self.exact, self.accesses
         for v in values:
-            pts = self.points_to.get(v)
+            pts = points_to.get(v)
             if pts is None:
                 continue
-            acc = Access(pos, node, kind, v, whole or v not in self.exact)
+            acc = _new_tuple(Access, (pos, node, kind, v, whole or v not in exact))
             for s in pts:
-                self.accesses[s].append(acc)
+                accesses[s].append(acc)
 
     # -- nodes ----------------------------------------------------------------
     def run(self) -> None:
-        self.metadata_mutated = {
-            arg for n in self.target.graph.nodes if n.op == "call_function" for arg in metadata_written(n, self.cache)
-        }
+        self.metadata_mutated = metadata_mutated_values(self.target.graph.nodes, self.cache)
         aten = torch_level = 0
+        position = self.position
         for pos, node in enumerate(self.target.graph.nodes):
-            self.position[node] = pos
-            if node.op == "call_method" or node.op == "call_module":
-                torch_level += 1
-            elif node.op == "call_function":
-                if isinstance(node.target, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)):
+            position[node] = pos
+            op = node.op
+            if op == "call_function":
+                target = node.target
+                if target is operator.getitem:
+                    self.getitem(pos, node)
+                    continue
+                if isinstance(target, torch._ops.OpOverload):
                     aten += 1
-                elif node.target is not operator.getitem:
+                    if _returns_tensor(target):
+                        self.described += 1
+                        if "val" not in node.meta:
+                            self.undescribed.append(node)
+                elif isinstance(target, torch._ops.HigherOrderOperator):
+                    aten += 1
+                else:
                     torch_level += 1
-            if node.op == "placeholder":
+                self.call(pos, node)
+            elif op == "placeholder":
+                self.described += 1
+                if "val" not in node.meta:
+                    self.undescribed.append(node)
                 self.placeholder(node)
-            elif node.op == "get_attr":
+            elif op == "get_attr":
                 self.get_attr(node)
-            elif node.op == "output":
+            elif op == "output":
                 self.output(pos, node)
-            elif node.op == "call_function" and node.target is operator.getitem:
-                self.getitem(pos, node)
-            else:
+            else:  # call_method, call_module
+                torch_level += 1
                 self.call(pos, node)
         self.torch_level_only = torch_level > 0 and aten == 0
 
@@ -421,6 +432,8 @@ class _Builder:
             effect = self.effects.effect(node, self.cache)
         self.effect_of[node] = effect
         self.roles[node] = Role.INTERMEDIATE
+        if effect.unknown:
+            self.opaque.append(node)
         if effect.reads:
             self.record(pos, node, "read", effect.reads, whole=effect.unknown)
         if effect.writes:
@@ -485,11 +498,11 @@ class _Builder:
             if pts is None:
                 # An output the effect did not describe: any of the source's storages, or new.
                 pts = frozenset(self.points_to.get(src, frozenset()) | self._fresh(node))
-            if is_tensor_meta(node) is False:
+            if facts is None and is_tensor_meta(node) is False:
                 if self.cache.outputs(node) is not None:
                     self.outmap[node] = {EACH: pts}  # a Tensor[] inside a tuple: each element lives in pts
                 return
-            self.effect_of[node] = Effect(note="getitem")
+            self.effect_of[node] = _GETITEM
             source_effect = self.effect_of.get(src)
             hop = isinstance(src.target, torch._ops.HigherOrderOperator)  # HOP rules check their own exactness
             if source_effect is not None and not source_effect.unknown and not hop:
@@ -531,7 +544,7 @@ class AliasAnalysis:
     def __init__(self, target: Target, builder: _Builder) -> None:
         self._target = target
         self._b = builder
-        self._by_name = {n.name: n for n in builder.position}
+        self._by_name: dict[str, torch.fx.Node] | None = None  # built on the first query by name
 
     # -- plumbing -------------------------------------------------------------
     def _node(self, n: NodeRef) -> torch.fx.Node:
@@ -542,6 +555,8 @@ class AliasAnalysis:
                 raise UnknownNodeError(f"node is not in the analysed graph: {describe_node(n)}")
             return n
         if isinstance(n, str):
+            if self._by_name is None:
+                self._by_name = {m.name: m for m in self._b.position}
             node = self._by_name.get(n)
             if node is None:
                 raise UnknownNodeError(f"no node named {n!r} in the analysed graph")
@@ -601,11 +616,15 @@ class AliasAnalysis:
     def single_storage(self, n: NodeRef) -> str | None:
         """The one known storage ``n``'s value lives in; None when it may live in several,
         in :data:`UNKNOWN_STORAGE`, or is not a tensor (``storage_of`` in one id, without the set)."""
-        pts = self._pts(self._node(n))
+        b = self._b
+        if type(n) is torch.fx.Node and n in b.position:  # the planner's common case, checked at once
+            pts = b.points_to.get(n, frozenset())
+        else:
+            pts = self._pts(self._node(n))
         if len(pts) != 1:
             return None
         for s in pts:
-            return None if s == _U else self._b.storages[s].id
+            return None if s == _U else b.storages[s].id
         return None
 
     def values_in(self, sid: str) -> tuple[torch.fx.Node, ...]:
@@ -625,7 +644,7 @@ class AliasAnalysis:
         i = self._storage_index(sid)
         related = self._b.related(i)
         accs = list(self._b.accesses[i])
-        others = [a if a.whole else replace(a, whole=True) for s in related[1:] for a in self._b.accesses[s]]
+        others = [a if a.whole else a._replace(whole=True) for s in related[1:] for a in self._b.accesses[s]]
         if others:
             accs = sorted(accs + others, key=lambda a: a.position)
         return tuple(accs)
@@ -652,7 +671,7 @@ class AliasAnalysis:
     def opaque_nodes(self) -> tuple[torch.fx.Node, ...]:
         """Nodes the analysis could not see into (unknown ops), in graph order: everything
         they can reach is answered conservatively."""
-        return tuple(n for n, e in self._b.effect_of.items() if e.unknown)
+        return tuple(self._b.opaque)
 
     def role(self, n: NodeRef) -> Role:
         """Boundary role: an input kind for placeholders, CONSTANT/PARAMETER for get_attr,
@@ -788,7 +807,7 @@ def analyze(
             NoAtenOpsWarning,
         )
     else:
-        missing, total = _values_without_metadata(resolved.graph)
+        missing, total = builder.undescribed, builder.described
         if missing:
             shown = ", ".join(n.name for n in missing[:3]) + (", ..." if len(missing) > 3 else "")
             _warn_once(
@@ -839,26 +858,12 @@ def counting_analyses() -> Iterator[AnalysisCount]:
 _RETURNS_TENSOR: dict[int, tuple[torch._ops.OpOverload, bool]] = {}
 
 
-def _values_without_metadata(graph: torch.fx.Graph) -> tuple[list[torch.fx.Node], int]:
-    """Placeholders and ATen calls that return a tensor, without ``meta['val']``; and how many there are."""
-    missing: list[torch.fx.Node] = []
-    total = 0
-    for n in graph.nodes:
-        if n.op == "placeholder":
-            pass
-        elif n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
-            hit = _RETURNS_TENSOR.get(id(n.target))
-            if hit is None:
-                value = any("Tensor" in str(r.type) for r in n.target._schema.returns)
-                _RETURNS_TENSOR[id(n.target)] = hit = (n.target, value)
-            if not hit[1]:
-                continue  # returns nothing (a custom op that only writes, an assert): no value to describe
-        else:
-            continue
-        total += 1
-        if "val" not in n.meta:
-            missing.append(n)
-    return missing, total
+def _returns_tensor(op: torch._ops.OpOverload) -> bool:
+    """Whether the op's schema returns a tensor (remembered per op)."""
+    hit = _RETURNS_TENSOR.get(id(op))
+    if hit is None:
+        _RETURNS_TENSOR[id(op)] = hit = (op, any("Tensor" in str(r.type) for r in op._schema.returns))
+    return hit[1]
 
 
 #: Warning categories already issued inside the current :func:`warnings_once` block (None outside one).

@@ -42,7 +42,7 @@ rules (:mod:`aliasing.core.subgraphs`) receive the analysis entry point, and
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -66,6 +66,7 @@ __all__ = [
     "always_aliases_first",
     "fake_kernel_lies",
     "indexing_effect",
+    "metadata_mutated_values",
     "metadata_written",
     "mutates_metadata",
     "recomputed_copy",
@@ -354,6 +355,23 @@ def _storage_keys(nodes: Sources, facts: FactsCache) -> dict[int, torch.fx.Node]
 _METADATA_ONLY_EFFECT = Effect(note="metadata only")
 _MISSING = object()
 
+def metadata_mutated_values(nodes: Iterable[torch.fx.Node], facts: FactsCache) -> set[torch.fx.Node]:
+    """The values whose storage, sizes or strides some ``call_function`` node of ``nodes`` may change
+    in place (:func:`metadata_written` of each; an op's template rules out most calls at once)."""
+    out: set[torch.fx.Node] = set()
+    for n in nodes:
+        if n.op != "call_function":
+            continue
+        op = n.target
+        if isinstance(op, torch._ops.OpOverload):
+            hit = _TEMPLATES.get(id(op))  # (_schema_effect's lookup, without the call: this runs on every node)
+            template = hit[1] if hit is not None else _schema_effect(op)
+            if not template.mutates_metadata and not template.out_params:
+                continue
+        out.update(metadata_written(n, facts))
+    return out
+
+
 def mutates_metadata(target: object) -> bool:
     """True for ops that change their first argument's storage, sizes or strides in place
     (``set_``, ``resize_``, and the ``inplace_view`` ops such as ``t_`` and ``as_strided_``)."""
@@ -437,7 +455,8 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
         if not isinstance(node.target, torch._ops.OpOverload):
             return unknown_effect(node)
         op = node.target
-    se = _schema_effect(op)
+    hit = _TEMPLATES.get(id(op))  # (_schema_effect's lookup, without the call: this runs on every node)
+    se = hit[1] if hit is not None else _schema_effect(op)
     if se.metadata_only:
         return _METADATA_ONLY_EFFECT
     if se.unclassified:

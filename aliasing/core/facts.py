@@ -111,16 +111,6 @@ class TensorFacts:
         )
 
 
-def _read(value: torch.Tensor) -> TensorFacts:
-    if value.layout is not torch.strided:
-        return TensorFacts(value, id(value), False)
-    try:
-        key = value.untyped_storage()._cdata
-    except (RuntimeError, NotImplementedError, AttributeError):  # opaque subclasses without a storage
-        return TensorFacts(value, id(value), False)
-    return TensorFacts(value, key, True)
-
-
 def meta_value(node: torch.fx.Node) -> Any:
     """The node's ``meta['val']`` (or ``None``)."""
     return node.meta.get("val")
@@ -136,9 +126,18 @@ def facts_of_value(value: object) -> TensorFacts | None:
     if not isinstance(value, torch.Tensor):
         return None
     try:
-        return _read(value)
+        if value.layout is not torch.strided:
+            return TensorFacts(value, id(value), False)
+        try:
+            key = value.untyped_storage()._cdata
+        except (RuntimeError, NotImplementedError, AttributeError):  # opaque subclasses without a storage
+            return TensorFacts(value, id(value), False)
+        return TensorFacts(value, key, True)
     except Exception:  # a tensor subclass without sizes or dtype: unknown layout
         return None
+
+
+_UNREAD: Any = object()  # FactsCache's marker of a node not read yet
 
 
 class FactsCache:
@@ -152,12 +151,10 @@ class FactsCache:
 
     def tensor(self, node: torch.fx.Node) -> TensorFacts | None:
         """Facts of a tensor-valued node, or None (no metadata, or not a tensor)."""
-        try:
-            return self._tensor[node]
-        except KeyError:
-            facts = facts_of_value(node.meta.get("val"))
-            self._tensor[node] = facts
-            return facts
+        facts: TensorFacts | None = self._tensor.get(node, _UNREAD)
+        if facts is _UNREAD:  # (no try/except: raising KeyError once per node costs more than the lookup)
+            facts = self._tensor[node] = facts_of_value(node.meta.get("val"))
+        return facts
 
     def outputs(self, node: torch.fx.Node) -> list[TensorFacts | None] | None:
         """Per-element facts of a node whose value is a tuple or list; None otherwise."""

@@ -42,7 +42,7 @@ from rewrite.lowering.functional import lower_functional_ops
 from rewrite.lowering.metadata import refresh_stale, storage_keys
 from rewrite.lowering.reports import LoweringReport
 from rewrite.pipeline.reports import PipelineReport
-from rewrite.planning.candidates import is_clone_candidate, is_copy_candidate
+from rewrite.planning.candidates import copy_candidates, is_clone_candidate
 from rewrite.planning.decisions import CloneEliminationReport
 from rewrite.planning.planner import plan
 from rewrite.planning.state import REFINEMENTS, Plan, PlanningState
@@ -123,7 +123,7 @@ def _round(target: Target, options: Options) -> Round:
     """Analyse, plan against one state, apply, refresh stale metadata."""
     graph = target.graph
     kept = set(options.keep)
-    candidates = [n for n in graph.nodes if (is_clone_candidate(n) or is_copy_candidate(n)) and n not in kept]
+    candidates = [n for n in copy_candidates(graph.nodes) if n not in kept]
     opaque: tuple[str, ...] = ()
     try:
         analysis = analyze(target)

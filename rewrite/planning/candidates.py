@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 import torch.fx
 
-__all__ = ["is_clone_candidate", "is_copy_candidate"]
+__all__ = ["copy_candidates", "is_clone_candidate", "is_copy_candidate"]
 
 _TO_COPY_KWARGS = frozenset({"dtype", "layout", "device", "memory_format", "non_blocking"})
 
@@ -15,6 +17,8 @@ _MEMORY_FORMAT = frozenset({"memory_format"})
 _CLONE = torch.ops.aten.clone.default
 _TO_COPY = torch.ops.aten._to_copy.default
 _COPY_ = torch.ops.aten.copy_.default
+#: Targets of ``call_function`` candidates, by identity (an ``OpOverload``'s ``__hash__`` is a Python call).
+_CANDIDATE_TARGETS = frozenset(id(t) for t in (_CLONE, _TO_COPY, _COPY_, *_TORCH_CLONES))
 
 
 def is_clone_candidate(node: torch.fx.Node) -> bool:
@@ -72,3 +76,24 @@ def is_copy_candidate(node: torch.fx.Node) -> bool:
         and not node.kwargs
         and all(isinstance(a, torch.fx.Node) for a in node.args)
     )
+
+
+def copy_candidates(nodes: Iterable[torch.fx.Node]) -> list[torch.fx.Node]:
+    """The clone and ``copy_`` candidates among ``nodes``, in their order.
+
+    Most nodes are left at their target, so this scan costs little more than the loop.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> gm = make_fx(lambda x, y: x.copy_(y.clone()) + 1, tracing_mode="fake")(torch.randn(2), torch.randn(2))
+    >>> [n.name for n in copy_candidates(gm.graph.nodes)]
+    ['clone', 'copy_']
+    """
+    targets = _CANDIDATE_TARGETS
+    return [
+        n
+        for n in nodes
+        if (id(n.target) in targets or n.op == "call_method") and (is_clone_candidate(n) or is_copy_candidate(n))
+    ]

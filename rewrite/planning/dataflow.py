@@ -446,7 +446,7 @@ def _recorded_by_liar(analysis: AliasAnalysis, node: torch.fx.Node) -> torch.fx.
     liars = _LIARS.get(analysis)
     if liars is None:
         liars = {}
-        lying = [n for n in analysis.nodes if _lies(n)]
+        lying = _lying_nodes(analysis.nodes)
         if lying:  # else nothing is computed from a liar: no walk over the graph
             first = analysis.position(lying[0])
             for n in analysis.nodes[first:]:
@@ -458,6 +458,29 @@ def _recorded_by_liar(analysis: AliasAnalysis, node: torch.fx.Node) -> torch.fx.
                     liars[n] = source
         _LIARS[analysis] = liars
     return liars.get(node)
+
+
+def _lying_nodes(nodes: Sequence[torch.fx.Node]) -> list[torch.fx.Node]:
+    """The nodes of ``nodes`` that :func:`_lies` picks, in order (judged once per ``OpOverload`` target:
+    most nodes share a few ops; torch-level calls resolve per node)."""
+    verdicts: dict[int, bool] = {}
+    lying: list[torch.fx.Node] = []
+    for n in nodes:
+        kind = n.op
+        if kind == "call_function":
+            target = n.target
+            verdict = verdicts.get(id(target))
+            if verdict is None:
+                verdict = _lies(n)
+                if isinstance(target, torch._ops.OpOverload):
+                    verdicts[id(target)] = verdict
+        elif kind == "call_method":
+            verdict = _lies(n)
+        else:
+            continue
+        if verdict:
+            lying.append(n)
+    return lying
 
 
 def _lies(node: torch.fx.Node) -> bool:
