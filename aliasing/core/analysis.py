@@ -45,11 +45,10 @@ from aliasing.core.effects import (
     Effect,
     EffectTable,
     always_aliases_first,
-    fake_kernel_lies,
     indexing_effect,
-    metadata_mutated_values,
     mutates_metadata,
     recomputed_copy,
+    scan_calls,
     tensor_nodes,
     unknown_effect,
 )
@@ -110,12 +109,6 @@ class StorageInfo(NamedTuple):
     note: str = ""
 
 
-def _calls_lying_op(n: torch.fx.Node) -> bool:
-    """Whether ``n`` calls an ATen overload whose fake kernel the layout audit caught lying."""
-    op = n.target
-    return n.op == "call_function" and isinstance(op, torch._ops.OpOverload) and fake_kernel_lies(op)
-
-
 #: The effect of a ``getitem`` of a multi-output node (it reads and writes nothing; one for all).
 _GETITEM = Effect(note="getitem")
 
@@ -160,7 +153,7 @@ class _Builder:
         self._related: dict[int, tuple[int, ...]] = {}
         self._identity: bool | None = None
         self._suspect: dict[torch.fx.Node, bool] = {}
-        self._liars: set[torch.fx.Node] | None = None
+        self._liars: set[torch.fx.Node] = set()  # calls of ops whose fake kernels lie (run's scan)
 
     # -- storages -------------------------------------------------------------
     def new_storage(self, role: Role, origin: torch.fx.Node, note: str = "") -> int:
@@ -241,8 +234,6 @@ class _Builder:
         hit = self._suspect.get(node)
         if hit is not None:
             return hit
-        if self._liars is None:  # the graph's lying ops, found once
-            self._liars = {n for n in self.target.graph.nodes if _calls_lying_op(n)}
         if not self._liars:
             return False  # nothing is computed from a liar
         stack = [node]
@@ -307,7 +298,8 @@ class _Builder:
 
     # -- nodes ----------------------------------------------------------------
     def run(self) -> None:
-        self.metadata_mutated = metadata_mutated_values(self.target.graph.nodes, self.cache)
+        scan = scan_calls(self.target.graph.nodes, self.cache)
+        self.metadata_mutated, self._liars = scan.metadata_mutated, scan.lying
         aten = torch_level = 0
         position = self.position
         for pos, node in enumerate(self.target.graph.nodes):
@@ -346,11 +338,10 @@ class _Builder:
     def placeholder(self, node: torch.fx.Node) -> None:
         role = self.target.input_roles.get(node.name, Role.USER_INPUT)
         self.roles[node] = role
-        is_tensor = is_tensor_meta(node)
-        if is_tensor is False:
-            return
         facts = self.cache.tensor(node)
         if facts is None:
+            if is_tensor_meta(node) is False:
+                return  # not a tensor
             # No metadata: the value may be a tensor sharing memory with any other input
             # (but not with memory the program allocates).
             s = self.new_storage(role, node, "no metadata: may be any input's memory")
@@ -431,7 +422,6 @@ class _Builder:
         if effect is None:
             effect = self.effects.effect(node, self.cache)
         self.effect_of[node] = effect
-        self.roles[node] = Role.INTERMEDIATE
         if effect.unknown:
             self.opaque.append(node)
         if effect.reads:
@@ -489,7 +479,6 @@ class _Builder:
                 self.bind(node, frozenset(union), None)
 
     def getitem(self, pos: int, node: torch.fx.Node) -> None:
-        self.roles[node] = Role.INTERMEDIATE
         src, key = (node.args + (None, None))[:2]
         facts = self.cache.tensor(node)
         if isinstance(src, torch.fx.Node) and src in self.outmap:

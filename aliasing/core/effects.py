@@ -45,7 +45,7 @@ import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.fx
@@ -60,16 +60,17 @@ __all__ = [
     "EACH",
     "SCHEMA_EFFECTS",
     "SINGLE",
+    "CallScan",
     "Effect",
     "EffectRule",
     "EffectTable",
     "always_aliases_first",
     "fake_kernel_lies",
     "indexing_effect",
-    "metadata_mutated_values",
     "metadata_written",
     "mutates_metadata",
     "recomputed_copy",
+    "scan_calls",
     "tensor_nodes",
     "unknown_effect",
 ]
@@ -120,6 +121,26 @@ class Effect:
         d = self.__dict__
         d["reads"], d["writes"], d["outputs"], d["unknown"] = reads, writes, {} if outputs is None else outputs, unknown
         d["reaches"], d["note"], d["copies"] = reaches, note, copies
+
+
+def _short_effect(reads: Sources, outputs: Mapping[object, Sources]) -> Effect:
+    """``Effect(reads=reads, outputs=outputs)``, made without the keyword call (the short ways of
+    :func:`schema_effect` make one per node): the other fields keep their defaults, which the class holds."""
+    effect = _new_object(Effect)
+    d = effect.__dict__
+    d["reads"], d["outputs"] = reads, outputs
+    return effect
+
+
+_new_object = object.__new__
+
+
+def _unique(nodes: list[torch.fx.Node]) -> Sources:
+    """``nodes`` without repeats, in order (most calls pass one or two tensors)."""
+    if len(nodes) == 2:
+        a, b = nodes
+        return (a,) if a is b else (a, b)
+    return tuple(dict.fromkeys(nodes)) if len(nodes) > 1 else tuple(nodes)
 
 
 #: A rule maps a node (and the shared metadata cache) to its effect.
@@ -355,10 +376,19 @@ def _storage_keys(nodes: Sources, facts: FactsCache) -> dict[int, torch.fx.Node]
 _METADATA_ONLY_EFFECT = Effect(note="metadata only")
 _MISSING = object()
 
-def metadata_mutated_values(nodes: Iterable[torch.fx.Node], facts: FactsCache) -> set[torch.fx.Node]:
-    """The values whose storage, sizes or strides some ``call_function`` node of ``nodes`` may change
-    in place (:func:`metadata_written` of each; an op's template rules out most calls at once)."""
-    out: set[torch.fx.Node] = set()
+class CallScan(NamedTuple):
+    """What one pass over a graph's calls finds from their ops' templates (:func:`scan_calls`)."""
+
+    #: values whose storage, sizes or strides some call may change in place (:func:`metadata_written`)
+    metadata_mutated: set[torch.fx.Node]
+    #: calls of an ATen overload whose fake kernel the layout audit caught lying (:func:`fake_kernel_lies`)
+    lying: set[torch.fx.Node]
+
+
+def scan_calls(nodes: Iterable[torch.fx.Node], facts: FactsCache) -> CallScan:
+    """One pass over the ``call_function`` nodes of ``nodes`` (each op's template rules out most calls at once)."""
+    mutated: set[torch.fx.Node] = set()
+    lying: set[torch.fx.Node] = set()
     for n in nodes:
         if n.op != "call_function":
             continue
@@ -366,10 +396,12 @@ def metadata_mutated_values(nodes: Iterable[torch.fx.Node], facts: FactsCache) -
         if isinstance(op, torch._ops.OpOverload):
             hit = _TEMPLATES.get(id(op))  # (_schema_effect's lookup, without the call: this runs on every node)
             template = hit[1] if hit is not None else _schema_effect(op)
+            if template.fake_divergent:
+                lying.add(n)
             if not template.mutates_metadata and not template.out_params:
                 continue
-        out.update(metadata_written(n, facts))
-    return out
+        mutated.update(metadata_written(n, facts))
+    return CallScan(mutated, lying)
 
 
 def mutates_metadata(target: object) -> bool:
@@ -497,18 +529,18 @@ def _plain_effect(se: _SchemaEffect, node: torch.fx.Node, facts: FactsCache) -> 
     """The effect of a call of a plain op (:attr:`_SchemaEffect.plain`): it reads every tensor
     passed and returns fresh memory, unless the trace shows the result in an argument's storage
     (then it aliases the first such argument). What the general path computes for these ops."""
-    tensors = _passed_tensors(se, node.args, node.kwargs)
-    reads = tuple(dict.fromkeys(tensors)) if len(tensors) > 1 else tuple(tensors)
+    reads = _unique(_passed_tensors(se, node.args, node.kwargs))
     aliased: Sources = ()
-    f = facts.tensor(node)
+    tensor = facts.tensor
+    f = tensor(node)
     if f is not None:
         key = f.storage_key
         for n in reads:
-            g = facts.tensor(n)
+            g = tensor(n)
             if g is not None and g.storage_key == key:
                 aliased = (n,)
                 break
-    return Effect(reads=reads, outputs={SINGLE: aliased})
+    return _short_effect(reads, {SINGLE: aliased})
 
 
 def _view_effect(se: _SchemaEffect, node: torch.fx.Node) -> Effect | None:
@@ -525,7 +557,7 @@ def _view_effect(se: _SchemaEffect, node: torch.fx.Node) -> Effect | None:
         return None
     tensors = _passed_tensors(se, args, kwargs)
     reads = tuple(n for n in dict.fromkeys(tensors) if n is not base) if len(tensors) > 1 else ()
-    return Effect(reads=reads, outputs={SINGLE: (base,)})
+    return _short_effect(reads, {SINGLE: (base,)})
 
 
 def _passed_tensors(se: _SchemaEffect, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[torch.fx.Node]:
@@ -800,7 +832,7 @@ def _copy_key(op: torch._ops.OpOverload, args: Any, kwargs: Any, fakes: Sequence
     def describe(a: Any) -> Any:
         if isinstance(a, torch.Tensor):
             sizes, strides, offset = a.size(), a.stride(), a.storage_offset()
-            if not all(type(x) is int for x in (*sizes, *strides, offset)):
+            if set(map(type, (*sizes, *strides, offset))) != _INT_ONLY:  # (one C-level pass, no generator)
                 raise _NoKey
             shared = storages.setdefault(a.untyped_storage()._cdata, len(storages))
             return ("T", tuple(sizes), tuple(strides), offset, a.dtype, a.device, a.layout, a.is_conj(), a.is_neg(), shared)
@@ -816,6 +848,9 @@ def _copy_key(op: torch._ops.OpOverload, args: Any, kwargs: Any, fakes: Sequence
         return (id(op), op, describe(args), describe(kwargs))
     except (_NoKey, RuntimeError, NotImplementedError, TypeError):
         return None
+
+
+_INT_ONLY = {int}
 
 
 class _NoKey(Exception):

@@ -79,7 +79,10 @@ def validate_graph(graph: torch.fx.Graph) -> None:
             raise InvalidTargetError(
                 f"node {node.name} comes after the output node {output.name}\n  at node: {describe_node(node)}"
             )
-        for arg in node.all_input_nodes:
+        inputs = node.all_input_nodes
+        if seen.issuperset(inputs):  # the common case, in one call
+            inputs = []
+        for arg in inputs:
             if arg in seen:
                 continue
             if arg.graph is not graph:

@@ -105,13 +105,15 @@ class Plan(Sequence[Decision]):
 
 def _reaching_output(analysis: AliasAnalysis) -> frozenset[torch.fx.Node]:
     """The output node and every node whose result it uses, directly or through other nodes."""
-    stack = [n for n in analysis.nodes if n.op == "output"]
-    reach: set[torch.fx.Node] = set(stack)
-    while stack:  # backwards along uses, from the output node
-        for arg in stack.pop().all_input_nodes:
-            if arg not in reach:
-                reach.add(arg)
-                stack.append(arg)
+    reach: set[torch.fx.Node] = set()
+    for n in reversed(analysis.nodes):  # users before the nodes they use (a valid graph's order)
+        if n.op == "output":
+            reach.add(n)
+            continue
+        for user in n.users:
+            if user in reach:
+                reach.add(n)
+                break
     return frozenset(reach)
 
 
