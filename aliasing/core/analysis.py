@@ -130,6 +130,7 @@ class _Builder:
         self.exact: set[torch.fx.Node] = set()  # values with one known storage and a strided layout
         self.outmap: dict[torch.fx.Node, dict[object, frozenset[int]]] = {}
         self.storages: list[StorageInfo] = []
+        self.index: dict[str, int] = {}  # storage id -> its place in storages
         self.accesses: dict[int, list[Access]] = {_U: []}
         self.members: dict[int, list[torch.fx.Node]] = {_U: []}
         self.effect_of: dict[torch.fx.Node, Effect] = {}
@@ -158,7 +159,9 @@ class _Builder:
     # -- storages -------------------------------------------------------------
     def new_storage(self, role: Role, origin: torch.fx.Node, note: str = "") -> int:
         i = len(self.storages)
-        self.storages.append(_new_tuple(StorageInfo, (f"s{i}", role, origin.name, note)))
+        sid = f"s{i}"
+        self.index[sid] = i
+        self.storages.append(_new_tuple(StorageInfo, (sid, role, origin.name, note)))
         self.accesses[i] = []
         self.members[i] = []
         if role is not Role.INTERMEDIATE:
@@ -576,15 +579,12 @@ class AliasAnalysis:
         return tuple(s.id for s in self._b.storages)
 
     def _storage_index(self, sid: str) -> int:
+        i = self._b.index.get(sid)
+        if i is not None:
+            return i
         if sid == UNKNOWN_STORAGE:
             return _U
-        try:
-            i = int(sid[1:]) if sid.startswith("s") else -2
-        except ValueError:
-            i = -2
-        if not 0 <= i < len(self._b.storages):
-            raise UnknownNodeError(f"no storage {sid!r} in this analysis")
-        return i
+        raise UnknownNodeError(f"no storage {sid!r} in this analysis")
 
     def storage_info(self, sid: str) -> StorageInfo:
         """Role and origin of a storage."""

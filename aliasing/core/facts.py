@@ -18,7 +18,12 @@ import torch.fx
 
 from aliasing.core.regions import Region, SizeLike
 
-__all__ = ["FactsCache", "TensorFacts", "facts_of_value", "has_meta", "is_tensor_meta", "known_equal", "meta_value", "same_layout", "same_region", "tensor_facts"]
+__all__ = ["FactsCache", "PlainLayout", "TensorFacts", "facts_of_value", "has_meta", "is_tensor_meta", "known_equal", "meta_value", "same_layout", "same_region", "tensor_facts"]
+
+
+#: A layout in plain ints: sizes, strides, storage offset (elements), dtype.
+PlainLayout = tuple[tuple[int, ...], tuple[int, ...], int, torch.dtype]
+_INT = {int}
 
 
 class TensorFacts:
@@ -30,7 +35,7 @@ class TensorFacts:
     are in elements. ``region`` is None for non-strided layouts (sparse, nested).
     """
 
-    __slots__ = ("_bits", "_dtype", "_offset", "_region", "_sizes", "_strides", "storage_key", "strided", "value")
+    __slots__ = ("_bits", "_dtype", "_offset", "_plain", "_region", "_sizes", "_strides", "storage_key", "strided", "value")
 
     def __init__(self, value: torch.Tensor, storage_key: int, strided: bool) -> None:
         self.value = value  #: the (fake) tensor the facts are read from
@@ -42,6 +47,7 @@ class TensorFacts:
         self._offset: SizeLike = 0
         self._region: Region | None = None
         self._bits: tuple[torch.device, bool, bool] | None = None  # device, conj and neg bits, read once
+        self._plain: PlainLayout | bool | None = False  # False: not computed yet
 
     @property
     def dtype(self) -> torch.dtype:
@@ -81,6 +87,20 @@ class TensorFacts:
         return self._region
 
     @property
+    def plain_layout(self) -> PlainLayout | None:
+        """``(sizes, strides, storage offset, dtype)`` when the sizes, strides and offset are all
+        plain ints (computed once); None for symbolic ones and for non-strided layouts."""
+        plain = self._plain
+        if plain is False:
+            plain = None
+            if self.strided:
+                sizes, strides, offset = self.sizes, self.strides, self.storage_offset
+                if type(offset) is int and set(map(type, sizes + strides)) <= _INT:
+                    plain = (sizes, strides, offset, self.dtype)  # type: ignore[assignment]
+            self._plain = plain
+        return plain  # type: ignore[return-value]
+
+    @property
     def is_strided(self) -> bool:
         """True for the torch.strided layout (sparse and nested tensors are not)."""
         return self.strided
@@ -91,6 +111,11 @@ class TensorFacts:
             v = self.value
             self._bits = (v.device, bool(v.is_conj()), bool(v.is_neg()))
         return self._bits
+
+    @property
+    def bits(self) -> tuple[torch.device, bool, bool]:
+        """``(device, conj bit, neg bit)``: what the elements are, besides the dtype (read once)."""
+        return self._read_bits()
 
     @property
     def device(self) -> torch.device:
@@ -230,6 +255,9 @@ def same_region(x: Region, y: Region) -> bool:
 
 def same_layout(a: TensorFacts, b: TensorFacts) -> bool:
     """True when two values provably agree on dtype, device, sizes, strides, offset and bits."""
+    pa, pb = a.plain_layout, b.plain_layout
+    if pa is not None and pb is not None:  # plain ints: compare the tuples (and then the bits)
+        return pa == pb and a.bits == b.bits
     return (  # the cheap facts first
         a.is_strided
         and b.is_strided
@@ -238,7 +266,7 @@ def same_layout(a: TensorFacts, b: TensorFacts) -> bool:
         and _all_known_equal(a.sizes, b.sizes)
         and _all_known_equal(a.strides, b.strides)
         and known_equal(a.storage_offset, b.storage_offset)
-        and a._read_bits() == b._read_bits()
+        and a.bits == b.bits
     )
 
 

@@ -550,14 +550,9 @@ def _layout(facts: TensorFacts | None) -> Layout | None:
 
 
 def _raw_layout(facts: TensorFacts | None) -> Layout | None:
-    if facts is None or not facts.is_strided:
+    if facts is None:
         return None
-    sizes = tuple(n for n in facts.sizes if type(n) is int)
-    strides = tuple(s for s in facts.strides if type(s) is int)
-    offset = facts.storage_offset
-    if len(sizes) != len(facts.sizes) or len(strides) != len(facts.strides) or type(offset) is not int:
-        return None  # symbolic: no meta tensor to build
-    return sizes, strides, offset, facts.dtype
+    return facts.plain_layout  # None when symbolic (no meta tensor to build) or not strided
 
 
 def _meta(layout: Layout, device: torch.device) -> torch.Tensor:

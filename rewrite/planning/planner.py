@@ -105,9 +105,7 @@ def _same_elements(x: TensorFacts | None, y: TensorFacts | None) -> bool:
         x is not None
         and y is not None
         and x.dtype == y.dtype
-        and x.device == y.device
-        and x.is_conj == y.is_conj
-        and x.is_neg == y.is_neg
+        and x.bits == y.bits  # device, conj and neg bits
         and x.is_strided
         and y.is_strided
     )
@@ -115,11 +113,12 @@ def _same_elements(x: TensorFacts | None, y: TensorFacts | None) -> bool:
 
 def _layout_only_change(x: TensorFacts, y: TensorFacts) -> bool:
     """True when two values provably differ at most in strides and storage offset (C1 refined)."""
-    return (
-        _same_elements(x, y)
-        and len(x.sizes) == len(y.sizes)
-        and all(known_equal(p, q) for p, q in zip(x.sizes, y.sizes))
-    )
+    if not _same_elements(x, y):
+        return False
+    px, py = x.plain_layout, y.plain_layout
+    if px is not None and py is not None:
+        return px[0] == py[0]  # plain sizes
+    return len(x.sizes) == len(y.sizes) and all(known_equal(p, q) for p, q in zip(x.sizes, y.sizes))
 
 
 Keep = Callable[..., Decision]
