@@ -52,7 +52,7 @@ from aliasing.core.effects import (
     tensor_nodes,
     unknown_effect,
 )
-from aliasing.core.facts import FactsCache, TensorFacts, facts_of_value, is_tensor_meta
+from aliasing.core.facts import FactsCache, TensorFacts, facts_of_value, has_meta, is_tensor_meta
 from aliasing.core.regions import Region, regions_may_overlap
 from aliasing.core.roles import UNKNOWN_STORAGE, Role
 from aliasing.core.subgraphs import tie_control_flow
@@ -317,7 +317,7 @@ class _Builder:
                     aten += 1
                     if _returns_tensor(target):
                         self.described += 1
-                        if "val" not in node.meta:
+                        if not has_meta(node):
                             self.undescribed.append(node)
                 elif isinstance(target, torch._ops.HigherOrderOperator):
                     aten += 1
@@ -326,7 +326,7 @@ class _Builder:
                 self.call(pos, node)
             elif op == "placeholder":
                 self.described += 1
-                if "val" not in node.meta:
+                if not has_meta(node):
                     self.undescribed.append(node)
                 self.placeholder(node)
             elif op == "get_attr":

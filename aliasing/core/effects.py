@@ -50,7 +50,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.fx
 
-from aliasing.core.facts import FactsCache, TensorFacts, is_tensor_meta, known_equal
+from aliasing.core.facts import FactsCache, TensorFacts, is_tensor_meta, known_equal, meta_value
 from aliasing.core.hidden_effects import HIDDEN_EFFECTS
 from aliasing.core.layout_divergences import fake_layout_divergent
 from aliasing.core.registry import classify
@@ -769,7 +769,7 @@ def recomputed_copy(node: torch.fx.Node) -> bool:
         nonlocal missing
         if not isinstance(a, torch.fx.Node):
             return a
-        v = a.meta.get("val")
+        v = meta_value(a)
         if v is None or (isinstance(v, torch.Tensor) and not isinstance(v, FakeTensor)):
             missing = True
         elif isinstance(v, FakeTensor):
@@ -1008,7 +1008,7 @@ def _triton_mutated_names(node: torch.fx.Node) -> list[str] | None:
             return None
         if not isinstance(tma, dict):
             return None
-        values = {k: v.meta.get("val") if isinstance(v, torch.fx.Node) else v for k, v in kwargs.items()}
+        values = {k: meta_value(v) if isinstance(v, torch.fx.Node) else v for k, v in kwargs.items()}
         return list(get_mutated_tensors(kernel, constants, values, tma))
     except Exception:  # no kernel side table, no Triton, or the analysis failed
         return None
