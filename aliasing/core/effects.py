@@ -50,7 +50,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.fx
 
-from aliasing.core.facts import FactsCache, TensorFacts, is_tensor_meta, known_equal, meta_value
+from aliasing.core.facts import FactsCache, TensorFacts, is_tensor_meta, known_equal, meta_value, plain_ints
 from aliasing.core.hidden_effects import HIDDEN_EFFECTS
 from aliasing.core.layout_divergences import fake_layout_divergent
 from aliasing.core.registry import classify
@@ -123,6 +123,9 @@ class Effect:
         d["reaches"], d["note"], d["copies"] = reaches, note, copies
 
 
+_new_object = object.__new__
+
+
 def _short_effect(reads: Sources, outputs: Mapping[object, Sources]) -> Effect:
     """``Effect(reads=reads, outputs=outputs)``, made without the keyword call (the short ways of
     :func:`schema_effect` make one per node): the other fields keep their defaults, which the class holds."""
@@ -130,9 +133,6 @@ def _short_effect(reads: Sources, outputs: Mapping[object, Sources]) -> Effect:
     d = effect.__dict__
     d["reads"], d["outputs"] = reads, outputs
     return effect
-
-
-_new_object = object.__new__
 
 
 def _unique(nodes: list[torch.fx.Node]) -> Sources:
@@ -832,7 +832,7 @@ def _copy_key(op: torch._ops.OpOverload, args: Any, kwargs: Any, fakes: Sequence
     def describe(a: Any) -> Any:
         if isinstance(a, torch.Tensor):
             sizes, strides, offset = a.size(), a.stride(), a.storage_offset()
-            if set(map(type, (*sizes, *strides, offset))) != _INT_ONLY:  # (one C-level pass, no generator)
+            if not plain_ints((*sizes, *strides, offset)):
                 raise _NoKey
             shared = storages.setdefault(a.untyped_storage()._cdata, len(storages))
             return ("T", tuple(sizes), tuple(strides), offset, a.dtype, a.device, a.layout, a.is_conj(), a.is_neg(), shared)
@@ -848,9 +848,6 @@ def _copy_key(op: torch._ops.OpOverload, args: Any, kwargs: Any, fakes: Sequence
         return (id(op), op, describe(args), describe(kwargs))
     except (_NoKey, RuntimeError, NotImplementedError, TypeError):
         return None
-
-
-_INT_ONLY = {int}
 
 
 class _NoKey(Exception):

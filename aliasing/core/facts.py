@@ -18,12 +18,23 @@ import torch.fx
 
 from aliasing.core.regions import Region, SizeLike
 
-__all__ = ["FactsCache", "PlainLayout", "TensorFacts", "facts_of_value", "has_meta", "is_tensor_meta", "known_equal", "meta_value", "same_layout", "same_region", "tensor_facts"]
+__all__ = ["FactsCache", "PlainLayout", "TensorFacts", "facts_of_value", "has_meta", "is_tensor_meta", "known_equal", "meta_value", "plain_ints", "same_layout", "same_region", "tensor_facts"]
 
 
 #: A layout in plain ints: sizes, strides, storage offset (elements), dtype.
 PlainLayout = tuple[tuple[int, ...], tuple[int, ...], int, torch.dtype]
 _INT = {int}
+
+
+def plain_ints(values: tuple[object, ...]) -> bool:
+    """True when every value is a plain ``int`` (no SymInt), checked in one C-level pass.
+
+    Examples
+    --------
+    >>> plain_ints((2, 3, 0)), plain_ints(()), plain_ints((2, 3.0))
+    (True, True, False)
+    """
+    return set(map(type, values)) <= _INT
 
 
 class TensorFacts:
@@ -95,7 +106,7 @@ class TensorFacts:
             plain = None
             if self.strided:
                 sizes, strides, offset = self.sizes, self.strides, self.storage_offset
-                if type(offset) is int and set(map(type, sizes + strides)) <= _INT:
+                if plain_ints((offset, *sizes, *strides)):
                     plain = (sizes, strides, offset, self.dtype)  # type: ignore[assignment]
             self._plain = plain
         return plain  # type: ignore[return-value]
@@ -105,29 +116,26 @@ class TensorFacts:
         """True for the torch.strided layout (sparse and nested tensors are not)."""
         return self.strided
 
-    def _read_bits(self) -> tuple[torch.device, bool, bool]:
-        # A subclass's methods and properties cost about a microsecond each: read them once.
+    @property
+    def bits(self) -> tuple[torch.device, bool, bool]:
+        """``(device, conj bit, neg bit)``: what the elements are, besides the dtype (read once: a
+        tensor subclass's methods and properties cost about a microsecond each)."""
         if self._bits is None:
             v = self.value
             self._bits = (v.device, bool(v.is_conj()), bool(v.is_neg()))
         return self._bits
 
     @property
-    def bits(self) -> tuple[torch.device, bool, bool]:
-        """``(device, conj bit, neg bit)``: what the elements are, besides the dtype (read once)."""
-        return self._read_bits()
-
-    @property
     def device(self) -> torch.device:
-        return self._read_bits()[0]
+        return self.bits[0]
 
     @property
     def is_conj(self) -> bool:
-        return self._read_bits()[1]
+        return self.bits[1]
 
     @property
     def is_neg(self) -> bool:
-        return self._read_bits()[2]
+        return self.bits[2]
 
     def __repr__(self) -> str:
         return (
@@ -272,6 +280,6 @@ def same_layout(a: TensorFacts, b: TensorFacts) -> bool:
 
 def _all_known_equal(xs: tuple[SizeLike, ...], ys: tuple[SizeLike, ...]) -> bool:
     """Element-wise :func:`known_equal` of two tuples of the same length (plain ints compared at once)."""
-    if all(type(x) is int for x in xs) and all(type(y) is int for y in ys):
+    if plain_ints(xs) and plain_ints(ys):
         return xs == ys  # (never compare SymInts with ==: that may add a guard)
     return all(known_equal(x, y) for x, y in zip(xs, ys))

@@ -453,9 +453,9 @@ def _recorded_by_liar(analysis: AliasAnalysis, node: torch.fx.Node) -> torch.fx.
         liars = {}
         lying = _lying_nodes(analysis.nodes)
         if lying:  # else nothing is computed from a liar: no walk over the graph
-            first = analysis.position(lying[0])
+            first, lying_set = analysis.position(lying[0]), set(lying)
             for n in analysis.nodes[first:]:
-                if _lies(n):
+                if n in lying_set:
                     liars[n] = n
                     continue
                 source = next((liars[a] for a in _arg_nodes(n) if a in liars), None)
