@@ -28,6 +28,7 @@ import gc
 import operator
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -113,8 +114,28 @@ class StorageInfo(NamedTuple):
 _GETITEM = Effect(note="getitem")
 
 
+def _no_short_way(node: torch.fx.Node, facts: FactsCache) -> None:
+    return None
+
+
+#: Storage ids ``s0``, ``s1``, ... and their places, made once for every analysis (a storage id is
+#: its place in the analysis's list of storages).
+_SIDS: list[str] = []
+_SID_INDEX: dict[str, int] = {}
+_SIDS_LOCK = threading.Lock()
+
+
+def _more_sids(i: int) -> None:
+    """Make the storage ids up to past ``i`` (at least twice as many as there were)."""
+    with _SIDS_LOCK:
+        for j in range(len(_SIDS), max(2 * i, 1024)):
+            sid = f"s{j}"
+            _SID_INDEX[sid] = j
+            _SIDS.append(sid)
+
+
 def _sid(i: int) -> str:
-    return UNKNOWN_STORAGE if i == _U else f"s{i}"
+    return UNKNOWN_STORAGE if i == _U else _SIDS[i]
 
 
 class _Builder:
@@ -130,7 +151,6 @@ class _Builder:
         self.exact: set[torch.fx.Node] = set()  # values with one known storage and a strided layout
         self.outmap: dict[torch.fx.Node, dict[object, frozenset[int]]] = {}
         self.storages: list[StorageInfo] = []
-        self.index: dict[str, int] = {}  # storage id -> its place in storages
         self.accesses: dict[int, list[Access]] = {_U: []}
         self.members: dict[int, list[torch.fx.Node]] = {_U: []}
         self.effect_of: dict[torch.fx.Node, Effect] = {}
@@ -159,9 +179,9 @@ class _Builder:
     # -- storages -------------------------------------------------------------
     def new_storage(self, role: Role, origin: torch.fx.Node, note: str = "") -> int:
         i = len(self.storages)
-        sid = f"s{i}"
-        self.index[sid] = i
-        self.storages.append(_new_tuple(StorageInfo, (sid, role, origin.name, note)))
+        if i >= len(_SIDS):
+            _more_sids(i)
+        self.storages.append(_new_tuple(StorageInfo, (_SIDS[i], role, origin.name, note)))
         self.accesses[i] = []
         self.members[i] = []
         if role is not Role.INTERMEDIATE:
@@ -304,7 +324,9 @@ class _Builder:
         scan = scan_calls(self.target.graph.nodes, self.cache)
         self.metadata_mutated, self._liars = scan.metadata_mutated, scan.lying
         aten = torch_level = 0
-        position = self.position
+        position, cache, table = self.position, self.cache, self.effects
+        # (a table whose class answers ``effect`` otherwise answers every node that way)
+        short_effect = table.short_effect if type(table).effect is EffectTable.effect else _no_short_way
         for pos, node in enumerate(self.target.graph.nodes):
             position[node] = pos
             op = node.op
@@ -319,6 +341,10 @@ class _Builder:
                         self.described += 1
                         if not has_meta(node):
                             self.undescribed.append(node)
+                    effect = short_effect(node, cache)
+                    if effect is not None:
+                        self.short_call(pos, node, effect)
+                        continue
                 elif isinstance(target, torch._ops.HigherOrderOperator):
                     aten += 1
                 else:
@@ -481,6 +507,31 @@ class _Builder:
             if union:
                 self.bind(node, frozenset(union), None)
 
+    def short_call(self, pos: int, node: torch.fx.Node, effect: Effect) -> None:
+        """:meth:`call` for the effect of a plain, a view or a mutator op (:meth:`EffectTable.short_effect`:
+        it reads tensors, writes some, and returns one tensor, fresh or in one argument's storage,
+        or nothing): the same records, without the general case's questions."""
+        facts = self.cache.tensor(node)
+        if facts is None and self.cache.outputs(node) is not None:
+            self.call(pos, node, effect)  # a tuple value for a tensor result: the general case
+            return
+        self.effect_of[node] = effect
+        if effect.reads:
+            self.record(pos, node, "read", effect.reads, whole=False)
+        if effect.writes:
+            self.record(pos, node, "write", effect.writes, whole=False)
+        aliased = effect.outputs.get(SINGLE)
+        if aliased is None:  # a mutator returns nothing (a tensor in its metadata regardless is fresh)
+            if facts is not None:
+                self.bind(node, self._fresh(node), facts)
+            return
+        if aliased:
+            pts = self.points_to.get(aliased[0])
+            if pts:
+                self.bind(node, pts, self.trusted(facts, aliased))
+        else:
+            self.bind(node, self._fresh(node), facts)
+
     def getitem(self, pos: int, node: torch.fx.Node) -> None:
         src, key = (node.args + (None, None))[:2]
         facts = self.cache.tensor(node)
@@ -579,8 +630,8 @@ class AliasAnalysis:
         return tuple(s.id for s in self._b.storages)
 
     def _storage_index(self, sid: str) -> int:
-        i = self._b.index.get(sid)
-        if i is not None:
+        i = _SID_INDEX.get(sid)
+        if i is not None and i < len(self._b.storages):
             return i
         if sid == UNKNOWN_STORAGE:
             return _U

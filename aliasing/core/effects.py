@@ -254,6 +254,10 @@ class _SchemaEffect:
     #: a view op (:data:`VIEWS`) whose one tensor result aliases its first argument only, nothing
     #: written or hidden (``view``, ``t``, ``slice``, ``expand``): the other short way
     view: bool = False
+    #: an op that returns nothing and writes arguments it declares (``Tensor(a!)``), with nothing
+    #: hidden, no ``out=`` and no argument written without being read (custom in-place kernels:
+    #: ``rms_norm_``, a KV-cache write): the third short way
+    mutator: bool = False
     #: the layout audit caught the op's fake kernel laying results out otherwise than eager
     #: (:func:`aliasing.core.layout_divergences.fake_layout_divergent`)
     fake_divergent: bool = False
@@ -305,6 +309,14 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
     )
     plain = simple and not out_args[0]
     view = simple and schema.name in VIEWS and out_args[0] == (0,)
+    mutator = (
+        not (metadata_only or unclassified or list_return or registry.kind == "metadata-mutating")
+        and not returns
+        and any(arg_writes)
+        and hidden is None
+        and not any(arg_writes[i] and kwarg_only[i] for i in range(len(names)))  # out= arguments
+        and not _write_only(schema.name, names, arg_writes, kwarg_only, registry.kind)
+    )
     return _SchemaEffect(
         names=names,
         index={n: i for i, n in enumerate(names)},
@@ -326,6 +338,7 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
         write_only=_write_only(schema.name, names, arg_writes, kwarg_only, registry.kind),
         unclassified=unclassified,
         plain=plain,
+        mutator=mutator,
         view=view,
         fake_divergent=fake_layout_divergent(str(op)),
     )
@@ -499,6 +512,8 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
         return unknown_effect(node, "arguments do not match the schema")
     if se.plain:
         return _plain_effect(se, node, facts)
+    if se.mutator:
+        return _mutator_effect(se, node)
     if se.view:
         short = _view_effect(se, node)
         if short is not None:
@@ -558,6 +573,17 @@ def _view_effect(se: _SchemaEffect, node: torch.fx.Node) -> Effect | None:
     tensors = _passed_tensors(se, args, kwargs)
     reads = tuple(n for n in dict.fromkeys(tensors) if n is not base) if len(tensors) > 1 else ()
     return _short_effect(reads, {SINGLE: (base,)})
+
+
+def _mutator_effect(se: _SchemaEffect, node: torch.fx.Node) -> Effect:
+    """The effect of a call of a mutator (:attr:`_SchemaEffect.mutator`): it reads every tensor
+    passed, writes those passed for its written arguments and returns nothing (what the general
+    path computes for these ops: no outputs, so no trace evidence to weigh)."""
+    passed: dict[int, list[torch.fx.Node]] = {}
+    tensors: list[torch.fx.Node] = []
+    _collect_passed(se, node.args, node.kwargs, passed, tensors)
+    writes = [n for i, nodes in passed.items() if se.arg_writes[i] for n in nodes]
+    return Effect(reads=_unique(tensors), writes=_unique(writes))
 
 
 def _passed_tensors(se: _SchemaEffect, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[torch.fx.Node]:
@@ -1084,6 +1110,26 @@ class EffectTable:
         if isinstance(target, str):
             return EffectTable(self.rules, {**self.hop_rules, target: rule})
         return EffectTable({**self.rules, target: rule}, self.hop_rules)
+
+    def short_effect(self, node: torch.fx.Node, facts: FactsCache) -> Effect | None:
+        """The effect of a ``call_function`` node of a plain op (one fresh tensor result, nothing
+        written: :attr:`_SchemaEffect.plain`) or of a view op (its one result aliases its first
+        argument: :attr:`_SchemaEffect.view`) that the table has no rule for, as :meth:`effect`
+        gives it; None for any other node. The analysis's short way for the most common calls:
+        their effects read tensors and give one result, fresh or in one argument's storage.
+        """
+        op = node.target
+        hit = _TEMPLATES.get(id(op))
+        if hit is None or (self._op_rules and op in self.rules):
+            return None
+        se, args, kwargs = hit[1], node.args, node.kwargs
+        if not (se.plain or se.view or se.mutator):
+            return None
+        if len(args) > len(se.names) or (kwargs and any(k not in se.index for k in kwargs)):
+            return None  # (the general path: arguments that do not match the schema)
+        if se.plain:
+            return _plain_effect(se, node, facts)
+        return _view_effect(se, node) if se.view else _mutator_effect(se, node)
 
     def effect(self, node: torch.fx.Node, facts: FactsCache) -> Effect:
         """The effect of one ``call_*`` node (``facts`` is the metadata cache to read through)."""

@@ -1,14 +1,21 @@
-"""The short ways through ``schema_effect`` (plain ops, view ops) give exactly the general rules' effects.
+"""The short ways through ``schema_effect`` (plain, view and mutator ops) give exactly the general rules' effects.
 
 ``aliasing.core.effects`` computes each overload's template once and sends calls
-of two kinds of op a short way: *plain* ops (one fresh tensor result, nothing
-written, no alias annotation, no hidden effect: ``mm``, ``softmax``, ``clone``)
-and *view* ops whose one result aliases their first argument only (``view``,
-``t``, ``slice``, ``expand``). Here every call node of many graphs (drawn
-fuzzer programs, the benchmark decoders, a program of views passed by keyword
-and a graph whose fake tensors show a "fresh" result in its argument's storage)
-gets its effect both ways, the general one with the short ways switched off in
-the template, and the two must be equal field by field.
+of three kinds of op a short way: *plain* ops (one fresh tensor result, nothing
+written, no alias annotation, no hidden effect: ``mm``, ``softmax``, ``clone``),
+*view* ops whose one result aliases their first argument only (``view``,
+``t``, ``slice``, ``expand``) and *mutators*, which return nothing and write
+arguments they declare (custom in-place kernels, ``_foreach_add_``). Here every
+call node of many graphs (drawn fuzzer programs, the benchmark decoders, a
+program of views passed by keyword, a program of mutators and a graph whose
+fake tensors show a "fresh" result in its argument's storage) gets its effect
+both ways, the general one with the short ways switched off in the template,
+and the two must be equal field by field.
+
+The analysis takes the short ways too (``EffectTable.short_effect`` and the
+builder's ``short_call``, which records their accesses and binds their result
+without the general case's questions): every answer of the analysis, per node
+and per storage, must be the same with the short ways switched off.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ def _calls(graph: torch.fx.Graph) -> Iterator[tuple[torch.fx.Node, torch._ops.Op
 def _general(node: torch.fx.Node, op: torch._ops.OpOverload, cache: FactsCache, monkeypatch: pytest.MonkeyPatch) -> effects.Effect:
     """The effect by the general rules: the op's template with both short ways off."""
     original = effects._schema_effect
-    template = dataclasses.replace(original(op), plain=False, view=False)
+    template = dataclasses.replace(original(op), plain=False, view=False, mutator=False)
     with monkeypatch.context() as m:
         m.setattr(effects, "_schema_effect", lambda o: template if o is op else original(o))
         return effects.schema_effect(node, cache, op)
@@ -49,7 +56,7 @@ def _general(node: torch.fx.Node, op: torch._ops.OpOverload, cache: FactsCache, 
 
 def _compare(graph: torch.fx.Graph, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Compare both ways on every op call of ``graph``; count the calls that took each short way."""
-    taken = {"plain": 0, "view": 0}
+    taken = {"plain": 0, "view": 0, "mutator": 0}
     cache = FactsCache()
     for node, op in _calls(graph):
         template = effects._schema_effect(op)
@@ -58,6 +65,7 @@ def _compare(graph: torch.fx.Graph, monkeypatch: pytest.MonkeyPatch) -> dict[str
         assert _fields(short) == _fields(general), (node.format_node(), _fields(short), _fields(general))
         taken["plain"] += template.plain
         taken["view"] += template.view
+        taken["mutator"] += template.mutator
     return taken
 
 
@@ -66,6 +74,7 @@ def test_templates_name_the_short_ways() -> None:
     assert t(torch.ops.aten.mm.default).plain and not t(torch.ops.aten.mm.default).view
     assert t(torch.ops.aten.clone.default).plain
     assert t(torch.ops.aten.t.default).view and t(torch.ops.aten.expand.default).view
+    assert t(torch.ops.aten._foreach_add_.Scalar).mutator and t(torch.ops.fxa_bench.rms_norm_.default).mutator
     for op in (
         torch.ops.aten.add_.Tensor,  # writes
         torch.ops.aten.split.Tensor,  # a list of views
@@ -76,15 +85,22 @@ def test_templates_name_the_short_ways() -> None:
         torch.ops.aten.sym_size.int,  # metadata only
         torch.ops.aten.t_.default,  # changes its argument's layout
     ):
-        assert not t(op).plain and not t(op).view, op
+        assert not t(op).plain and not t(op).view and not t(op).mutator, op
+    for op in (
+        torch.ops.aten.add_.Tensor,  # returns what it wrote
+        torch.ops.aten.copy_.default,  # overwrites its destination without reading it
+        torch.ops.aten.add.out,  # out=: may resize
+        torch.ops.aten._foreach_add.Scalar,  # writes nothing
+    ):
+        assert not t(op).mutator, op
 
 
 def test_benchmark_decoders(monkeypatch: pytest.MonkeyPatch) -> None:
-    taken = {"plain": 0, "view": 0}
+    taken = {"plain": 0, "view": 0, "mutator": 0}
     for gm in (build_shared_weight_graph(2)[0], build_transformer_graph(2)[0]):
         for k, v in _compare(gm.graph, monkeypatch).items():
             taken[k] += v
-    assert taken["plain"] > 0 and taken["view"] > 0  # both ways were taken
+    assert taken["plain"] > 0 and taken["view"] > 0 and taken["mutator"] > 0  # every way was taken
 
 
 def test_views_by_keyword_and_extra_tensor_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,3 +132,65 @@ def test_a_fresh_result_in_its_arguments_storage_aliases_it(monkeypatch: pytest.
 def test_drawn_programs(program: Program) -> None:
     with pytest.MonkeyPatch.context() as monkeypatch:
         _compare(program.graph_module.graph, monkeypatch)
+
+
+def _mutators(x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+    a, b = x.clone(), y.clone()
+    torch.ops.aten._foreach_add_.Scalar([a, b, a], 1.0)  # a list, with a repeat
+    torch.ops.fxa_bench.rms_norm_.default(a, weight=y[0])  # by keyword
+    torch.ops.fxa_bench.rotary_.default(a[:, :2], b[:, :2], y[0, :2], y[1, :2])  # views of both
+    torch.ops.fxa_bench.rotary_.default(a, a, b[0], b[0])  # one tensor passed twice
+    return [a, b]
+
+
+def test_mutators(monkeypatch: pytest.MonkeyPatch) -> None:
+    gm = make_fx(_mutators, tracing_mode="fake")(torch.randn(4, 4), torch.randn(4, 4))
+    taken = _compare(gm.graph, monkeypatch)
+    assert taken["mutator"] == 4
+
+
+def _answers(gm: torch.fx.GraphModule) -> list[object]:
+    """Every answer of the analysis of ``gm``: per node and per storage."""
+    import aliasing
+
+    a = aliasing.analyze(gm)
+    rows: list[object] = []
+    for n in gm.graph.nodes:
+        effect = a.effect_of(n)
+        rows.append(
+            (
+                n.name,
+                sorted(a.storage_of(n)),
+                [m.name for m in a.writers(n)],
+                [m.name for m in a.readers(n)],
+                str(a.region_of(n)),
+                None if effect is None else _fields(effect),
+            )
+        )
+    for sid in a.storages:
+        rows.append((sid, str(a.storage_role(sid)), list(a.storage_accesses(sid))))
+    return rows
+
+
+def _analysis_both_ways(gm: torch.fx.GraphModule) -> None:
+    short = _answers(gm)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(effects.EffectTable, "short_effect", lambda self, node, facts: None)
+        general = _answers(gm)
+    assert short == general
+
+
+def test_analysis_takes_the_short_ways_exactly() -> None:
+    programs_ = [
+        build_shared_weight_graph(2)[0],
+        build_transformer_graph(2)[0],
+        make_fx(_mutators, tracing_mode="fake")(torch.randn(4, 4), torch.randn(4, 4)),
+    ]
+    for gm in programs_:
+        _analysis_both_ways(gm)
+
+
+@settings(max_examples=40, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+@given(programs())
+def test_analysis_of_drawn_programs_takes_the_short_ways_exactly(program: Program) -> None:
+    _analysis_both_ways(program.graph_module)

@@ -7,6 +7,10 @@ pairs of tensors (real and fake; CPU and meta; sizes, strides, offsets, dtypes,
 conj and neg bits) are compared both ways: the tuple way and the element-by-element
 reference, which reads each fact from the tensor itself. Symbolic sizes have no
 plain layout and take the general way, where equal symbols are equal.
+
+Fake tensors' facts are read a short way (the C getters their Python properties
+answer with); their storage identity and layout must be the tensor's own, and a
+fake MKLDNN tensor must not pass for a strided one.
 """
 
 from __future__ import annotations
@@ -106,3 +110,28 @@ def test_zero_dim_values(dtype: torch.dtype) -> None:
     a, b = torch.zeros((), dtype=dtype), torch.ones((), dtype=dtype)
     assert _facts(a).plain_layout == ((), (), 0, dtype)
     assert same_layout(_facts(a), _facts(b))
+
+
+def test_a_fake_tensors_facts_read_its_storage_and_layout() -> None:
+    # Fake tensors take a short way through facts_of_value (the C getters the fake tensor's
+    # properties answer with); the storage identity and the layout are the tensor's own.
+    mode = FakeTensorMode()
+    with mode:
+        base = torch.randn(4, 6)
+        values = [base, base.t(), base[1:, ::2], base.view(24), torch.randn(3, dtype=torch.complex64).conj(), torch.randn(0)]
+        sparse = torch.randn(3, 3).to_sparse()
+    keys = {facts_of_value(v).storage_key for v in values[:4]}  # type: ignore[union-attr]
+    assert keys == {base.untyped_storage()._cdata}  # one storage, seen from each view
+    for v in values:
+        f = facts_of_value(v)
+        assert f is not None and f.strided and f.storage_key == v.untyped_storage()._cdata
+    f = facts_of_value(sparse)
+    assert f is not None and not f.strided
+
+
+def test_a_fake_mkldnn_tensor_is_not_strided() -> None:
+    # A fake tensor that records an MKLDNN dispatch key reports that layout (torch 2.14 on);
+    # the analysis must not read strides of it, whatever its meta tensor says.
+    fake = FakeTensorMode().from_tensor(torch.randn(4, 4).to_mkldnn())
+    f = facts_of_value(fake)
+    assert f is not None and f.strided == (fake.layout is torch.strided)
