@@ -324,7 +324,7 @@ class _Builder:
         scan = scan_calls(self.target.graph.nodes, self.cache)
         self.metadata_mutated, self._liars = scan.metadata_mutated, scan.lying
         aten = torch_level = 0
-        position, cache, table = self.position, self.cache, self.effects
+        position, cache, table, returns_tensor = self.position, self.cache, self.effects, _RETURNS_TENSOR
         # (a table whose class answers ``effect`` otherwise answers every node that way)
         short_effect = table.short_effect if type(table).effect is EffectTable.effect else _no_short_way
         for pos, node in enumerate(self.target.graph.nodes):
@@ -337,7 +337,8 @@ class _Builder:
                     continue
                 if isinstance(target, torch._ops.OpOverload):
                     aten += 1
-                    if _returns_tensor(target):
+                    returns = returns_tensor.get(id(target))  # (_returns_tensor's lookup, without the call)
+                    if returns[1] if returns is not None else _returns_tensor(target):
                         self.described += 1
                         if not has_meta(node):
                             self.undescribed.append(node)
@@ -439,7 +440,7 @@ class _Builder:
         self.record(pos, node, "read", returned, whole=False)
 
     def _fresh(self, node: torch.fx.Node) -> frozenset[int]:
-        return frozenset({self.new_storage(Role.INTERMEDIATE, node)})
+        return frozenset((self.new_storage(Role.INTERMEDIATE, node),))
 
     def _union(self, nodes: Iterable[torch.fx.Node]) -> set[int]:
         out: set[int] = set()

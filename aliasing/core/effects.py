@@ -45,6 +45,7 @@ import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import torch
@@ -413,6 +414,8 @@ def scan_calls(nodes: Iterable[torch.fx.Node], facts: FactsCache) -> CallScan:
                 lying.add(n)
             if not template.mutates_metadata and not template.out_params:
                 continue
+        elif op is operator.getitem:
+            continue  # picks an element, or a view: changes no tensor's metadata (and resolves to no op)
         mutated.update(metadata_written(n, facts))
     return CallScan(mutated, lying)
 
@@ -540,22 +543,18 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
     )
 
 
+#: The outputs of a plain op's call that returns fresh memory (the common case: one mapping for
+#: all of them; read-only, as every effect's outputs are to their readers).
+_FRESH_RESULT: Mapping[object, Sources] = MappingProxyType({SINGLE: ()})
+
+
 def _plain_effect(se: _SchemaEffect, node: torch.fx.Node, facts: FactsCache) -> Effect:
     """The effect of a call of a plain op (:attr:`_SchemaEffect.plain`): it reads every tensor
     passed and returns fresh memory, unless the trace shows the result in an argument's storage
     (then it aliases the first such argument). What the general path computes for these ops."""
     reads = _unique(_passed_tensors(se, node.args, node.kwargs))
-    aliased: Sources = ()
-    tensor = facts.tensor
-    f = tensor(node)
-    if f is not None:
-        key = f.storage_key
-        for n in reads:
-            g = tensor(n)
-            if g is not None and g.storage_key == key:
-                aliased = (n,)
-                break
-    return _short_effect(reads, {SINGLE: aliased})
+    hit = facts.in_storage_of(node, reads) if reads else None
+    return _short_effect(reads, _FRESH_RESULT if hit is None else {SINGLE: (hit,)})
 
 
 def _view_effect(se: _SchemaEffect, node: torch.fx.Node) -> Effect | None:

@@ -208,15 +208,28 @@ class FactsCache:
             facts = self._tensor[node] = facts_of_value(node.meta.get("val"))
         return facts
 
+    def in_storage_of(self, node: torch.fx.Node, others: tuple[torch.fx.Node, ...]) -> torch.fx.Node | None:
+        """The first of ``others`` whose fake tensor lives in ``node``'s fake storage (None when
+        none does, or ``node`` has no facts): the trace's evidence of an alias. One call per node."""
+        facts = self.tensor(node)
+        if facts is None:
+            return None
+        key, cached = facts.storage_key, self._tensor
+        for n in others:
+            f = cached.get(n, _UNREAD)
+            if f is _UNREAD:
+                f = self.tensor(n)
+            if f is not None and f.storage_key == key:
+                return n
+        return None
+
     def outputs(self, node: torch.fx.Node) -> list[TensorFacts | None] | None:
         """Per-element facts of a node whose value is a tuple or list; None otherwise."""
-        try:
-            return self._outputs[node]
-        except KeyError:
+        out: list[TensorFacts | None] | None = self._outputs.get(node, _UNREAD)
+        if out is _UNREAD:  # (read once; no KeyError raised on the first read)
             value = node.meta.get("val")
-            out = [facts_of_value(v) for v in value] if isinstance(value, (tuple, list)) else None
-            self._outputs[node] = out
-            return out
+            out = self._outputs[node] = [facts_of_value(v) for v in value] if isinstance(value, (tuple, list)) else None
+        return out
 
     def nested_storage_keys(self, node: torch.fx.Node, index: int) -> list[int]:
         """Storage identities of the tensors inside element ``index`` of a tuple-valued node
