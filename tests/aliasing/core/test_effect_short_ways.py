@@ -194,3 +194,20 @@ def test_analysis_takes_the_short_ways_exactly() -> None:
 @given(programs())
 def test_analysis_of_drawn_programs_takes_the_short_ways_exactly(program: Program) -> None:
     _analysis_both_ways(program.graph_module)
+
+
+def test_a_table_that_answers_effect_itself_answers_every_call() -> None:
+    # The analysis's short ways are the default table's: a table whose class answers
+    # ``effect`` otherwise is asked about every call, plain ones included.
+    import aliasing
+
+    class Opaque(effects.EffectTable):
+        def effect(self, node: torch.fx.Node, facts: FactsCache) -> effects.Effect:
+            return effects.unknown_effect(node, "every call is opaque here")
+
+    gm = make_fx(lambda x: (x.clone() + 1).t(), tracing_mode="fake")(torch.randn(2, 3))
+    table = Opaque(effects.SCHEMA_EFFECTS.rules, effects.SCHEMA_EFFECTS.hop_rules)
+    a = aliasing.analyze(gm, effects=table)
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert calls and all(a.is_unknown(n) for n in calls)
+    assert not any(aliasing.analyze(gm).is_unknown(n) for n in calls)
