@@ -669,8 +669,24 @@ class _RayPool(_Executor):
         self.handles.clear()
         with contextlib.suppress(Exception):
             self.pool.terminate()
-        self.pool = self.make_pool()
+        self.pool = self._new_pool()
         return again
+
+    def _new_pool(self, attempts: int = 3) -> Any:
+        """A pool to replace one a crash or a timeout ended. Its actors can die while they start
+        (the cluster is still reaping the old ones): each such failure waits a moment and tries
+        again, ``attempts`` times in all, then raises :class:`CampaignError` naming the cause."""
+        for attempt in range(attempts):
+            try:
+                return self.make_pool()
+            except Exception as err:
+                if attempt == attempts - 1:
+                    raise CampaignError(
+                        f"cannot restart the Ray pool of {self.slots} on {self.address} "
+                        f"({attempts} tries): {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                    ) from err
+                time.sleep(0.5 * (attempt + 1))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def wait(self, timeout: float) -> list[tuple[_Task, dict[str, Any]]]:
         deadline = time.monotonic() + timeout

@@ -289,3 +289,26 @@ def test_a_crash_on_ray_is_recorded_and_the_run_completes(ray_head: str) -> None
     status = {k: o.status for k, o in run.outcomes.items()}
     assert status == {"a": "ok", "b": "ok", "exit": "crash", "raise": "error"}  # the pool restarted after the crash
     assert run.outcomes["b"].value == "B"
+
+
+def test_a_ray_pool_that_dies_while_it_restarts_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # After a crash the new pool's actors can die while they start (the cluster is still
+    # reaping the old ones): the restart tries again, and names the cause when it gives up.
+    monkeypatch.setattr(campaign.time, "sleep", lambda s: None)
+    made: list[int] = []
+
+    def make_pool(failures: int) -> Any:
+        made.append(1)
+        if len(made) <= failures:
+            raise RuntimeError("The actor died unexpectedly before finishing this task.\nmore detail")
+        return "pool"
+
+    pool = object.__new__(campaign._RayPool)
+    pool.slots, pool.address = 2, "127.0.0.1:1"
+    pool.make_pool = lambda: make_pool(2)
+    assert pool._new_pool() == "pool" and len(made) == 3
+    made.clear()
+    pool.make_pool = lambda: make_pool(5)
+    with pytest.raises(CampaignError, match=r"cannot restart the Ray pool of 2 on 127.0.0.1:1 \(3 tries\): RuntimeError: The actor died"):
+        pool._new_pool()
+    assert len(made) == 3
