@@ -310,13 +310,15 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
     )
     plain = simple and not out_args[0]
     view = simple and schema.name in VIEWS and out_args[0] == (0,)
+    out_params = tuple(i for i in range(len(names)) if arg_writes[i] and kwarg_only[i])
+    write_only = _write_only(schema.name, names, arg_writes, kwarg_only, registry.kind)
     mutator = (
         not (metadata_only or unclassified or list_return or registry.kind == "metadata-mutating")
         and not returns
         and any(arg_writes)
         and hidden is None
-        and not any(arg_writes[i] and kwarg_only[i] for i in range(len(names)))  # out= arguments
-        and not _write_only(schema.name, names, arg_writes, kwarg_only, registry.kind)
+        and not out_params
+        and not write_only
     )
     return _SchemaEffect(
         names=names,
@@ -335,8 +337,8 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
         hidden_view_of=names.index(view_of) if view_of in names else None,
         may_write=may_write,
         mutates_metadata=registry.kind == "metadata-mutating",
-        out_params=tuple(i for i in range(len(names)) if arg_writes[i] and kwarg_only[i]),
-        write_only=_write_only(schema.name, names, arg_writes, kwarg_only, registry.kind),
+        out_params=out_params,
+        write_only=write_only,
         unclassified=unclassified,
         plain=plain,
         mutator=mutator,
@@ -510,17 +512,11 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
     if se.unclassified:
         return unknown_effect(node, f"{op} is not classified by aliasing.core.registry (a new ATen op?)")
     args, kwargs = node.args, node.kwargs
-    index = se.index
-    if len(args) > len(se.names) or (kwargs and any(k not in index for k in kwargs)):
+    if not _matches_schema(se, args, kwargs):
         return unknown_effect(node, "arguments do not match the schema")
-    if se.plain:
-        return _plain_effect(se, node, facts)
-    if se.mutator:
-        return _mutator_effect(se, node)
-    if se.view:
-        short = _view_effect(se, node)
-        if short is not None:
-            return short
+    short = _short_way(se, node, facts)
+    if short is not None:
+        return short
     # The tensor arguments actually passed, by schema position.
     passed: dict[int, list[torch.fx.Node]] = {}
     tensors: list[torch.fx.Node] = []
@@ -541,6 +537,24 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
         outputs=outputs,
         copies=tuple(copies),
     )
+
+
+def _matches_schema(se: _SchemaEffect, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    """Whether a call's arguments fit the op's schema (no more positional ones, known keywords)."""
+    return len(args) <= len(se.names) and not (kwargs and any(k not in se.index for k in kwargs))
+
+
+def _short_way(se: _SchemaEffect, node: torch.fx.Node, facts: FactsCache) -> Effect | None:
+    """The effect of a call of a plain, a mutator or a view op by its short way (the general
+    rules' effect, computed without their questions); None for other ops, and for a view call
+    whose base is no node (the general rules decide)."""
+    if se.plain:
+        return _plain_effect(se, node, facts)
+    if se.mutator:
+        return _mutator_effect(se, node)
+    if se.view:
+        return _view_effect(se, node)
+    return None
 
 
 #: The outputs of a plain op's call that returns fresh memory (the common case: one mapping for
@@ -1111,24 +1125,21 @@ class EffectTable:
         return EffectTable({**self.rules, target: rule}, self.hop_rules)
 
     def short_effect(self, node: torch.fx.Node, facts: FactsCache) -> Effect | None:
-        """The effect of a ``call_function`` node of a plain op (one fresh tensor result, nothing
-        written: :attr:`_SchemaEffect.plain`) or of a view op (its one result aliases its first
-        argument: :attr:`_SchemaEffect.view`) that the table has no rule for, as :meth:`effect`
-        gives it; None for any other node. The analysis's short way for the most common calls:
-        their effects read tensors and give one result, fresh or in one argument's storage.
+        """The effect of a ``call_function`` node of an ``OpOverload`` the table has no rule for,
+        when its template takes a short way (:func:`_short_way`: a *plain* op, one fresh tensor
+        result, nothing written; a *view* op, its one result aliasing its first argument; a
+        *mutator*, nothing returned, declared writes only), as :meth:`effect` gives it; None for
+        any other node (and a template not computed yet). The analysis's short way for the most
+        common calls, without :meth:`effect`'s dispatch.
         """
         op = node.target
         hit = _TEMPLATES.get(id(op))
         if hit is None or (self._op_rules and op in self.rules):
             return None
-        se, args, kwargs = hit[1], node.args, node.kwargs
-        if not (se.plain or se.view or se.mutator):
-            return None
-        if len(args) > len(se.names) or (kwargs and any(k not in se.index for k in kwargs)):
-            return None  # (the general path: arguments that do not match the schema)
-        if se.plain:
-            return _plain_effect(se, node, facts)
-        return _view_effect(se, node) if se.view else _mutator_effect(se, node)
+        se = hit[1]
+        if not (se.plain or se.view or se.mutator) or not _matches_schema(se, node.args, node.kwargs):
+            return None  # (an argument mismatch: the general path's unknown effect)
+        return _short_way(se, node, facts)
 
     def effect(self, node: torch.fx.Node, facts: FactsCache) -> Effect:
         """The effect of one ``call_*`` node (``facts`` is the metadata cache to read through)."""

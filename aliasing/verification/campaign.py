@@ -628,6 +628,12 @@ class _LocalProcesses(_Executor):
             self._retire(w)
 
 
+def _first_line(err: BaseException) -> str:
+    """``Type: first line of the message`` (Ray's errors run to many lines)."""
+    text = str(err)
+    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
+
+
 class _RayPool(_Executor):
     """``ray.util.multiprocessing.Pool`` on a cluster: ``jobs`` actors, at most ``jobs`` items
     submitted at a time; a crash or a timeout restarts the pool (its actors cannot be killed
@@ -683,7 +689,7 @@ class _RayPool(_Executor):
                 if attempt == attempts - 1:
                     raise CampaignError(
                         f"cannot restart the Ray pool of {self.slots} on {self.address} "
-                        f"({attempts} tries): {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                        f"({attempts} tries): {_first_line(err)}"
                     ) from err
                 time.sleep(0.5 * (attempt + 1))
         raise AssertionError("unreachable")  # pragma: no cover
@@ -699,7 +705,7 @@ class _RayPool(_Executor):
                 try:
                     finished.append((task, handle.get(0)))
                 except Exception as err:  # the actor died under the item
-                    error = f"worker died: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                    error = f"worker died: {_first_line(err)}"
                     finished.append((task, Outcome(task.item.key, "crash", None, error[:_ERROR_LIMIT], time.monotonic() - task.started).to_json()))
                     self.resubmit = self._restart(None)
                     return finished
