@@ -517,21 +517,32 @@ class _Builder:
             self.call(pos, node, effect)  # a tuple value for a tensor result: the general case
             return
         self.effect_of[node] = effect
-        if effect.reads:
-            self.record(pos, node, "read", effect.reads, whole=False)
-        if effect.writes:
-            self.record(pos, node, "write", effect.writes, whole=False)
+        # (what ``record`` does, inlined: these calls are most of a graph's nodes)
+        points_to, exact, accesses = self.points_to, self.exact, self.accesses
+        for kind, values in (("read", effect.reads), ("write", effect.writes)):
+            for v in values:
+                pts = points_to.get(v)
+                if pts is not None:
+                    acc = _new_tuple(Access, (pos, node, kind, v, v not in exact))
+                    for s in pts:
+                        accesses[s].append(acc)
         aliased = effect.outputs.get(SINGLE)
-        if aliased is None:  # a mutator returns nothing (a tensor in its metadata regardless is fresh)
-            if facts is not None:
-                self.bind(node, self._fresh(node), facts)
-            return
         if aliased:
-            pts = self.points_to.get(aliased[0])
+            pts = points_to.get(aliased[0])
             if pts:
                 self.bind(node, pts, self.trusted(facts, aliased))
-        else:
-            self.bind(node, self._fresh(node), facts)
+        elif facts is not None or aliased is not None:  # fresh memory (a mutator's result is None)
+            if node in self.metadata_mutated:
+                self.bind(node, self._fresh(node), facts)
+                return
+            # (what ``bind`` does for a fresh value, inlined)
+            i = self.new_storage(Role.INTERMEDIATE, node)
+            self.members[i].append(node)
+            points_to[node] = frozenset((i,))
+            if facts is not None:
+                self.facts[node] = facts
+                if facts.strided:
+                    exact.add(node)
 
     def getitem(self, pos: int, node: torch.fx.Node) -> None:
         src, key = (node.args + (None, None))[:2]
@@ -658,9 +669,8 @@ class AliasAnalysis:
         """The one known storage ``n``'s value lives in; None when it may live in several,
         in :data:`UNKNOWN_STORAGE`, or is not a tensor (``storage_of`` in one id, without the set)."""
         b = self._b
-        if type(n) is torch.fx.Node and n in b.position:  # the planner's common case, checked at once
-            pts = b.points_to.get(n, frozenset())
-        else:
+        pts = b.points_to.get(n) if type(n) is torch.fx.Node else None  # (the planner's common case, at once)
+        if pts is None:
             pts = self._pts(self._node(n))
         if len(pts) != 1:
             return None
@@ -693,7 +703,8 @@ class AliasAnalysis:
     # -- values ---------------------------------------------------------------
     def facts_of(self, n: NodeRef) -> TensorFacts | None:
         """Layout facts of a tensor value (None without metadata)."""
-        return self._b.facts.get(self._node(n))
+        facts = self._b.facts.get(n) if type(n) is torch.fx.Node else None  # (the common case, at once)
+        return facts if facts is not None else self._b.facts.get(self._node(n))
 
     def region_of(self, n: NodeRef) -> Region | None:
         """The value's byte region in its storage, or None when its storage is not exactly known."""
@@ -705,7 +716,9 @@ class AliasAnalysis:
 
     def is_unknown(self, n: NodeRef) -> bool:
         """True when ``n`` is an op the analysis treats as opaque."""
-        e = self._b.effect_of.get(self._node(n))
+        e = self._b.effect_of.get(n) if type(n) is torch.fx.Node else None  # (the common case, at once)
+        if e is None:
+            e = self._b.effect_of.get(self._node(n))
         return bool(e is not None and e.unknown)
 
     @property

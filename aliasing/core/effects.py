@@ -514,7 +514,7 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
     args, kwargs = node.args, node.kwargs
     if not _matches_schema(se, args, kwargs):
         return unknown_effect(node, "arguments do not match the schema")
-    short = _short_way(se, node, facts)
+    short = _short_way(se, node, facts, args, kwargs)
     if short is not None:
         return short
     # The tensor arguments actually passed, by schema position.
@@ -544,16 +544,19 @@ def _matches_schema(se: _SchemaEffect, args: Sequence[Any], kwargs: Mapping[str,
     return len(args) <= len(se.names) and not (kwargs and any(k not in se.index for k in kwargs))
 
 
-def _short_way(se: _SchemaEffect, node: torch.fx.Node, facts: FactsCache) -> Effect | None:
+def _short_way(
+    se: _SchemaEffect, node: torch.fx.Node, facts: FactsCache, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Effect | None:
     """The effect of a call of a plain, a mutator or a view op by its short way (the general
     rules' effect, computed without their questions); None for other ops, and for a view call
-    whose base is no node (the general rules decide)."""
+    whose base is no node (the general rules decide). ``args`` and ``kwargs`` are the node's
+    (read once by the caller: they are properties)."""
     if se.plain:
-        return _plain_effect(se, node, facts)
+        return _plain_effect(se, node, facts, args, kwargs)
     if se.mutator:
-        return _mutator_effect(se, node)
+        return _mutator_effect(se, args, kwargs)
     if se.view:
-        return _view_effect(se, node)
+        return _view_effect(se, args, kwargs)
     return None
 
 
@@ -562,20 +565,21 @@ def _short_way(se: _SchemaEffect, node: torch.fx.Node, facts: FactsCache) -> Eff
 _FRESH_RESULT: Mapping[object, Sources] = MappingProxyType({SINGLE: ()})
 
 
-def _plain_effect(se: _SchemaEffect, node: torch.fx.Node, facts: FactsCache) -> Effect:
+def _plain_effect(
+    se: _SchemaEffect, node: torch.fx.Node, facts: FactsCache, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Effect:
     """The effect of a call of a plain op (:attr:`_SchemaEffect.plain`): it reads every tensor
     passed and returns fresh memory, unless the trace shows the result in an argument's storage
     (then it aliases the first such argument). What the general path computes for these ops."""
-    reads = _unique(_passed_tensors(se, node.args, node.kwargs))
+    reads = _unique(_passed_tensors(se, args, kwargs))
     hit = facts.in_storage_of(node, reads) if reads else None
     return _short_effect(reads, _FRESH_RESULT if hit is None else {SINGLE: (hit,)})
 
 
-def _view_effect(se: _SchemaEffect, node: torch.fx.Node) -> Effect | None:
+def _view_effect(se: _SchemaEffect, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Effect | None:
     """The effect of a call of a view op (:attr:`_SchemaEffect.view`): its result aliases its
     first argument, and it reads the other tensors passed (what the general path computes for
     these ops); None when the first argument is no node (the general path decides)."""
-    args, kwargs = node.args, node.kwargs
     name = se.names[0]
     if kwargs and name in kwargs:
         base = kwargs[name]
@@ -588,13 +592,13 @@ def _view_effect(se: _SchemaEffect, node: torch.fx.Node) -> Effect | None:
     return _short_effect(reads, {SINGLE: (base,)})
 
 
-def _mutator_effect(se: _SchemaEffect, node: torch.fx.Node) -> Effect:
+def _mutator_effect(se: _SchemaEffect, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Effect:
     """The effect of a call of a mutator (:attr:`_SchemaEffect.mutator`): it reads every tensor
     passed, writes those passed for its written arguments and returns nothing (what the general
     path computes for these ops: no outputs, so no trace evidence to weigh)."""
     passed: dict[int, list[torch.fx.Node]] = {}
     tensors: list[torch.fx.Node] = []
-    _collect_passed(se, node.args, node.kwargs, passed, tensors)
+    _collect_passed(se, args, kwargs, passed, tensors)
     writes = [n for i, nodes in passed.items() if se.arg_writes[i] for n in nodes]
     return Effect(reads=_unique(tensors), writes=_unique(writes))
 
@@ -1137,9 +1141,12 @@ class EffectTable:
         if hit is None or (self._op_rules and op in self.rules):
             return None
         se = hit[1]
-        if not (se.plain or se.view or se.mutator) or not _matches_schema(se, node.args, node.kwargs):
+        if not (se.plain or se.view or se.mutator):
+            return None
+        args, kwargs = node.args, node.kwargs
+        if not _matches_schema(se, args, kwargs):
             return None  # (an argument mismatch: the general path's unknown effect)
-        return _short_way(se, node, facts)
+        return _short_way(se, node, facts, args, kwargs)
 
     def effect(self, node: torch.fx.Node, facts: FactsCache) -> Effect:
         """The effect of one ``call_*`` node (``facts`` is the metadata cache to read through)."""

@@ -106,7 +106,8 @@ class TensorFacts:
         if plain is False:
             plain = None
             if self.strided:
-                sizes, strides, offset = self.sizes, self.strides, self.storage_offset
+                strides = self.strides  # (reads the offset with the strides)
+                sizes, offset = self.sizes, self._offset
                 if plain_ints((offset, *sizes, *strides)):
                     plain = (sizes, strides, offset, self.dtype)  # type: ignore[assignment]
             self._plain = plain

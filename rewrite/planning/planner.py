@@ -297,11 +297,11 @@ def _check_c2_to_c5(
     """The keep decision of the first of C4, C2, C3, C5 that fails (None when all hold)."""
     last_c_read = info.c_reads[-1] if info.c_reads else None
     first_c_write = info.c_writes[0] if info.c_writes else None
-    c_read_nodes, c_write_nodes = info.c_read_nodes, info.c_write_nodes
     # Accesses of memory overlapping the original after the clone.
     o_accs = [acc for acc in state.after(info.ocls, info.position) if state.touches(ro, acc)]
     # C4 same-node hazards, one reason for each direction.
-    if "C4" not in state.unchecked:
+    if o_accs and "C4" not in state.unchecked:
+        c_read_nodes, c_write_nodes = info.c_read_nodes, info.c_write_nodes
         for acc in o_accs:
             if acc.kind == "read" and acc.node in c_write_nodes:
                 return keep(Reason.SAME_NODE_WRITES_CLONE_READS_ORIGINAL, acc.node)
