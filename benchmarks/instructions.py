@@ -25,7 +25,7 @@ done, then counting only inside the measured call:
 The other revision is checked out with ``git worktree`` into a temporary
 folder (removed afterwards) and put first on ``sys.path`` for its children.
 A table is printed and JSON written (``--out``, default
-``benchmarks/results/instructions.json``).
+``benchmarks/results/instructions-<shape>.json``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = ROOT / "benchmarks" / "results" / "instructions.json"
+RESULTS = ROOT / "benchmarks" / "results"
 MEASURES = ("analyze", "eliminate", "vllm")
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shape", default="shared", choices=("shared", "synthetic"))
     p.add_argument("--nodes", default="2k", help="graph size (k = 1000; default 2k)")
     p.add_argument("--measures", default=",".join(MEASURES), help="comma-separated, of: " + ", ".join(MEASURES))
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/instructions-<shape>.json)")
     p.add_argument("--child", nargs=4, metavar=("TREE", "SHAPE", "NODES", "MEASURE"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -158,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"eliminate / vLLM's pass: {ours / vllm:.2f}")
     base_commit = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
     result = {"base": args.base, "base_commit": base_commit, "head": head, "working_tree_counted": True, "shape": args.shape, "nodes": actual, "rows": rows, "vllm": vllm}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    out = args.out or RESULTS / f"instructions-{args.shape}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
     return 0
 
 
