@@ -517,32 +517,21 @@ class _Builder:
             self.call(pos, node, effect)  # a tuple value for a tensor result: the general case
             return
         self.effect_of[node] = effect
-        # (what ``record`` does, inlined: these calls are most of a graph's nodes)
-        points_to, exact, accesses = self.points_to, self.exact, self.accesses
-        for kind, values in (("read", effect.reads), ("write", effect.writes)):
-            for v in values:
-                pts = points_to.get(v)
-                if pts is not None:
-                    acc = _new_tuple(Access, (pos, node, kind, v, v not in exact))
-                    for s in pts:
-                        accesses[s].append(acc)
+        if effect.reads:
+            self.record(pos, node, "read", effect.reads, whole=False)
+        if effect.writes:
+            self.record(pos, node, "write", effect.writes, whole=False)
         aliased = effect.outputs.get(SINGLE)
+        if aliased is None:  # a mutator returns nothing (a tensor in its metadata regardless is fresh)
+            if facts is not None:
+                self.bind(node, self._fresh(node), facts)
+            return
         if aliased:
-            pts = points_to.get(aliased[0])
+            pts = self.points_to.get(aliased[0])
             if pts:
                 self.bind(node, pts, self.trusted(facts, aliased))
-        elif facts is not None or aliased is not None:  # fresh memory (a mutator's result is None)
-            if node in self.metadata_mutated:
-                self.bind(node, self._fresh(node), facts)
-                return
-            # (what ``bind`` does for a fresh value, inlined)
-            i = self.new_storage(Role.INTERMEDIATE, node)
-            self.members[i].append(node)
-            points_to[node] = frozenset((i,))
-            if facts is not None:
-                self.facts[node] = facts
-                if facts.strided:
-                    exact.add(node)
+        else:
+            self.bind(node, self._fresh(node), facts)
 
     def getitem(self, pos: int, node: torch.fx.Node) -> None:
         src, key = (node.args + (None, None))[:2]

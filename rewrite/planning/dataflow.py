@@ -443,16 +443,11 @@ def non_overlapping(facts: TensorFacts) -> bool:
 
 #: Per analysis: each node computed from the result of an op whose fake kernel lies -> that op's node.
 _LIARS: weakref.WeakKeyDictionary[AliasAnalysis, dict[torch.fx.Node, torch.fx.Node]] = weakref.WeakKeyDictionary()
-#: The last analysis asked about whose entry is empty (a planner asks about one analysis, once per
-#: candidate, and most graphs compute nothing from a liar): answered without the weak dictionary.
-_LAST_WITHOUT_LIARS: list[Callable[[], object]] = [lambda: None]
 
 
 def _recorded_by_liar(analysis: AliasAnalysis, node: torch.fx.Node) -> torch.fx.Node | None:
     """The node of an op whose fake kernel the layout audit caught lying that ``node`` is computed from
     (``node`` itself included), or None: downstream of it, recorded layouts may not be the real ones."""
-    if _LAST_WITHOUT_LIARS[0]() is analysis:
-        return None
     liars = _LIARS.get(analysis)
     if liars is None:
         liars = {}
@@ -467,8 +462,6 @@ def _recorded_by_liar(analysis: AliasAnalysis, node: torch.fx.Node) -> torch.fx.
                 if source is not None:
                     liars[n] = source
         _LIARS[analysis] = liars
-    if not liars:
-        _LAST_WITHOUT_LIARS[0] = weakref.ref(analysis)
     return liars.get(node)
 
 
