@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.scaling import SHAPES, parse_size
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 MEASURES = ("analyze", "eliminate", "vllm")
@@ -53,7 +55,7 @@ def _child(tree: str, shape: str, nodes: int, measure: str) -> None:
     """In the child (under callgrind): build the graph, warm up, turn instrumentation on, run the measure once."""
     import aliasing
     import rewrite
-    from benchmarks.scaling import SHAPES, _vllm_pass
+    from benchmarks.scaling import _vllm_pass
     from rewrite.testing import copy_program
 
     if not aliasing.__file__ or not Path(aliasing.__file__).resolve().is_relative_to(Path(tree).resolve()):
@@ -88,7 +90,8 @@ def count(tree: Path, shape: str, nodes: int, measure: str) -> int:
             "--toggle-collect=functools_reduce", f"--callgrind-out-file={tmp}/callgrind.out",
             sys.executable, str(Path(__file__).resolve()), "--child", str(tree), shape, str(nodes), measure,
         ]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+        # (a fixed hash seed: the order of sets of strings, and so the work, is the same in every run)
+        env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
         done = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
     found = _COLLECTED.findall(done.stderr)
     if done.returncode != 0 or not found:
@@ -106,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--base", default="HEAD", help="the revision to compare this checkout with (default HEAD)")
     p.add_argument("--shape", default="shared", choices=("shared", "synthetic"))
-    p.add_argument("--nodes", default="2k", help="graph size (k = 1000; default 2k)")
+    p.add_argument("--nodes", type=parse_size, default="2k", help="graph size (k = 1000; default 2k)")
     p.add_argument("--measures", default=",".join(MEASURES), help="comma-separated, of: " + ", ".join(MEASURES))
     p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/instructions-<shape>.json)")
     p.add_argument("--child", nargs=4, metavar=("TREE", "SHAPE", "NODES", "MEASURE"), help=argparse.SUPPRESS)
@@ -115,15 +118,14 @@ def main(argv: list[str] | None = None) -> int:
         tree, shape, nodes, measure = args.child
         _child(tree, shape, int(nodes), measure)
         return 0
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
-        print("valgrind (with callgrind_control) is not installed: apt-get install valgrind", file=sys.stderr)
-        return 2
-    nodes = int(float(args.nodes.lower().rstrip("k")) * (1000 if args.nodes.lower().endswith("k") else 1))
+    nodes: int = args.nodes
     measures = [m for m in args.measures.split(",") if m]
     unknown = set(measures) - set(MEASURES)
     if unknown:
         p.error(f"unknown measures: {sorted(unknown)}")
-    from benchmarks.scaling import SHAPES
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        print("valgrind (with callgrind_control) is not installed: apt-get install valgrind", file=sys.stderr)
+        return 2
     from benchmarks.synthetic import count_nodes
 
     build, layers_for = SHAPES[args.shape]

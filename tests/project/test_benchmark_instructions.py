@@ -5,8 +5,8 @@ by half: the test runs the measure twice on a tiny graph and checks the two
 counts agree within the 1% the module's docstring promises, and that the
 counted region holds the measure (at least ten thousand instructions a node:
 an analysis costs about fifty thousand; a region that missed it would count
-next to nothing). Skipped
-where valgrind is not installed (``.ci/run`` installs it).
+next to nothing). Skipped where valgrind is not installed (``.ci/run``
+installs it). The CLI's refusals need no valgrind.
 """
 
 from __future__ import annotations
@@ -17,13 +17,11 @@ import pytest
 
 from benchmarks import instructions
 
-needs_valgrind = pytest.mark.skipif(
+
+@pytest.mark.skipif(
     shutil.which("valgrind") is None or shutil.which("callgrind_control") is None,
     reason="needs valgrind with callgrind_control (apt-get install valgrind)",
 )
-
-
-@needs_valgrind
 @pytest.mark.slow
 def test_counts_repeat_and_hold_the_measure() -> None:
     counts = [instructions.count(instructions.ROOT, "shared", 64, "analyze") for _ in range(2)]
@@ -32,9 +30,14 @@ def test_counts_repeat_and_hold_the_measure() -> None:
 
 
 def test_an_unknown_measure_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
-        assert instructions.main(["--measures", "analyze"]) == 2
-        assert "apt-get install valgrind" in capsys.readouterr().err
-        return
     with pytest.raises(SystemExit):
         instructions.main(["--measures", "bogus"])
+    assert "unknown measures: ['bogus']" in capsys.readouterr().err
+
+
+def test_without_valgrind_it_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(instructions.shutil, "which", lambda name: None)
+    assert instructions.main(["--measures", "analyze"]) == 2
+    assert "apt-get install valgrind" in capsys.readouterr().err
