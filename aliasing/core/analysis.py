@@ -173,8 +173,8 @@ class _Builder:
         self.uncertain: set[int] = set()
         self._related: dict[int, tuple[int, ...]] = {}
         self._identity: bool | None = None
-        self._suspect: dict[torch.fx.Node, bool] = {}
         self._liars: set[torch.fx.Node] = set()  # calls of ops whose fake kernels lie (run's scan)
+        self._lying_sources: dict[torch.fx.Node, torch.fx.Node] | None = None  # lying_source's map, made once
 
     # -- storages -------------------------------------------------------------
     def new_storage(self, role: Role, origin: torch.fx.Node, note: str = "") -> int:
@@ -231,7 +231,7 @@ class _Builder:
             bound = self.facts.get(s)
             if s not in self.exact or own is None or bound is None or bound.storage_key != own.storage_key:
                 return False
-            if self.layout_suspect(s):
+            if self.lying_source(s) is not None:
                 return False
         return recomputed_copy(node)
 
@@ -252,24 +252,27 @@ class _Builder:
                     break
         return self._identity
 
-    def layout_suspect(self, node: torch.fx.Node) -> bool:
-        """Whether ``node`` is computed (through any chain of ops) from one whose fake kernel may lie about layouts."""
-        hit = self._suspect.get(node)
-        if hit is not None:
-            return hit
-        if not self._liars:
-            return False  # nothing is computed from a liar
-        stack = [node]
-        seen: set[torch.fx.Node] = set()
-        while stack:  # iterative: long chains must not exhaust Python's recursion limit
-            n = stack.pop()
-            if n in self._suspect or n in seen:
-                continue
-            seen.add(n)
-            stack.extend(a for a in n.all_input_nodes if a not in self._suspect)
-        for n in sorted(seen, key=lambda n: self.position.get(n, -1)):  # arguments before their users
-            self._suspect[n] = n in self._liars or any(self._suspect.get(a, False) for a in n.all_input_nodes)
-        return self._suspect[node]
+    def lying_source(self, node: torch.fx.Node) -> torch.fx.Node | None:
+        """The call of an op whose fake kernel the layout audit caught lying that ``node`` is computed
+        from through any chain of arguments (``node`` itself included), or None.
+
+        Made once, in one pass in graph order (arguments come before their users), and only
+        when the graph calls such an op at all.
+        """
+        liars = self._liars
+        if not liars:
+            return None  # nothing is computed from a liar
+        sources = self._lying_sources
+        if sources is None:
+            sources = self._lying_sources = {}
+            for n in self.target.graph.nodes:
+                if n in liars:
+                    sources[n] = n
+                elif sources:
+                    source = next((sources[a] for a in n.all_input_nodes if a in sources), None)
+                    if source is not None:
+                        sources[n] = source
+        return sources.get(node)
 
     def region(self, node: torch.fx.Node) -> Region | None:
         """The value's exact region in its one storage (read from its facts on demand), or None."""
@@ -702,6 +705,25 @@ class AliasAnalysis:
     def effect_of(self, n: NodeRef) -> Effect | None:
         """The memory effect the analysis used for a call node (None for other nodes)."""
         return self._b.effect_of.get(self._node(n))
+
+    def lying_source(self, n: NodeRef) -> torch.fx.Node | None:
+        """The call of an op whose fake kernel lays results out otherwise than eager (the layout
+        audit's :mod:`aliasing.core.layout_divergences`) that ``n`` is computed from, ``n`` itself
+        included, or None: downstream of it, recorded layouts may not be the real ones.
+
+        Example
+        -------
+        >>> import torch
+        >>> from torch.fx.experimental.proxy_tensor import make_fx
+        >>> from aliasing import analyze
+        >>> def f(x):
+        ...     return torch.roll(x, 1, 0).relu(), x.relu()
+        >>> a = analyze(make_fx(f, tracing_mode="fake")(torch.randn(2, 3)))
+        >>> [getattr(a.lying_source(n), "name", None) for n in ("roll", "relu", "relu_1")]
+        ['roll', 'roll', None]
+        """
+        node = n if type(n) is torch.fx.Node and n in self._b.position else self._node(n)
+        return self._b.lying_source(node)
 
     def is_unknown(self, n: NodeRef) -> bool:
         """True when ``n`` is an op the analysis treats as opaque."""

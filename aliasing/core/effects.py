@@ -397,27 +397,38 @@ class CallScan(NamedTuple):
 
     #: values whose storage, sizes or strides some call may change in place (:func:`metadata_written`)
     metadata_mutated: set[torch.fx.Node]
-    #: calls of an ATen overload whose fake kernel the layout audit caught lying (:func:`fake_kernel_lies`)
+    #: calls of an op whose fake kernel the layout audit caught lying (:func:`fake_kernel_lies`): ATen
+    #: overloads, and torch-level calls (functions, tensor methods) that resolve to one
     lying: set[torch.fx.Node]
 
 
 def scan_calls(nodes: Iterable[torch.fx.Node], facts: FactsCache) -> CallScan:
-    """One pass over the ``call_function`` nodes of ``nodes`` (each op's template rules out most calls at once)."""
+    """One pass over the calls of ``nodes`` (each op's template rules out most calls at once)."""
     mutated: set[torch.fx.Node] = set()
     lying: set[torch.fx.Node] = set()
     for n in nodes:
-        if n.op != "call_function":
-            continue
-        op = n.target
-        if isinstance(op, torch._ops.OpOverload):
-            hit = _TEMPLATES.get(id(op))  # (_schema_effect's lookup, without the call: this runs on every node)
-            template = hit[1] if hit is not None else _schema_effect(op)
-            if template.fake_divergent:
+        kind = n.op
+        if kind == "call_function":
+            op = n.target
+            if isinstance(op, torch._ops.OpOverload):
+                hit = _TEMPLATES.get(id(op))  # (_schema_effect's lookup, without the call: this runs on every node)
+                template = hit[1] if hit is not None else _schema_effect(op)
+                if template.fake_divergent:
+                    lying.add(n)
+                if not template.mutates_metadata and not template.out_params:
+                    continue
+            elif op is operator.getitem:
+                continue  # picks an element, or a view: changes no tensor's metadata (and resolves to no op)
+            elif not isinstance(op, torch._ops.HigherOrderOperator):
+                resolved = resolve_overload(n)
+                if resolved is not None and fake_kernel_lies(resolved):
+                    lying.add(n)
+        elif kind == "call_method":
+            resolved = resolve_overload(n)
+            if resolved is not None and fake_kernel_lies(resolved):
                 lying.add(n)
-            if not template.mutates_metadata and not template.out_params:
-                continue
-        elif op is operator.getitem:
-            continue  # picks an element, or a view: changes no tensor's metadata (and resolves to no op)
+        else:
+            continue
         mutated.update(metadata_written(n, facts))
     return CallScan(mutated, lying)
 

@@ -156,24 +156,24 @@ def has_meta(node: torch.fx.Node) -> bool:
     return "val" in node.meta
 
 
-#: The fake tensor class; ``torch.Tensor``'s own ``layout`` getter (C), which a fake tensor's
-#: ``layout`` answers with unless it records an MKLDNN dispatch key; the identity of a
-#: tensor's storage (C), what ``untyped_storage()._cdata`` gives, without making the storage
-#: object (torch_function is disabled on fake tensors: the two ask the same C++ tensor).
+#: The fake tensor class, and the identity of a tensor's storage (C), what
+#: ``untyped_storage()._cdata`` gives, without making the storage object (torch_function is
+#: disabled on fake tensors: the two ask the same C++ tensor). A tensor of a layout other than
+#: strided has no storage: ``_storage_id`` raises for it (sparse COO, CSR, CSC, BSR, BSC and
+#: MKLDNN; ``tests/aliasing/core/test_layout_facts.py``), so a storage identity is the layout's
+#: proof too. A fake tensor that records MKLDNN dispatch keys says strided of its meta tensor:
+#: it takes the general way.
 _FAKE_TENSOR = FakeTensor
-_TENSOR_LAYOUT = torch._C.TensorBase.layout.__get__  # type: ignore[attr-defined]
 _STORAGE_ID = getattr(torch._C, "_storage_id", None)
-_STRIDED = torch.strided
 
 
 def facts_of_value(value: object) -> TensorFacts | None:
     """Facts of a tensor object (fake or real); None for anything else."""
-    if type(value) is _FAKE_TENSOR and _STORAGE_ID is not None:
-        # The common case (once per tensor of every analysis), without the Python properties
-        # that answer with the C getters here; anything else takes the general way below.
+    if type(value) is _FAKE_TENSOR and _STORAGE_ID is not None and value.__dict__.get("dispatch_keys", True) is None:
+        # The common case (once per tensor of every analysis), in one C call; a tensor without
+        # a storage (any other layout) raises and takes the general way below.
         try:
-            if value.__dict__.get("dispatch_keys", True) is None and _TENSOR_LAYOUT(value) is _STRIDED:
-                return TensorFacts(value, _STORAGE_ID(value), True)
+            return TensorFacts(value, _STORAGE_ID(value), True)
         except Exception:
             pass
     if not isinstance(value, torch.Tensor):

@@ -33,7 +33,6 @@ reads its destination, and observes layouts.
 from __future__ import annotations
 
 import operator
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
@@ -42,7 +41,6 @@ import torch
 import torch.fx
 
 from aliasing import AliasAnalysis
-from aliasing.core.effects import fake_kernel_lies
 from aliasing.core.facts import TensorFacts, same_layout
 from aliasing.core.layout_divergences import layout_divergent
 from aliasing.core.resolve import resolve_overload
@@ -441,59 +439,6 @@ def non_overlapping(facts: TensorFacts) -> bool:
 # --------------------------------------------------------------------------- layouts
 
 
-#: Per analysis: each node computed from the result of an op whose fake kernel lies -> that op's node.
-_LIARS: weakref.WeakKeyDictionary[AliasAnalysis, dict[torch.fx.Node, torch.fx.Node]] = weakref.WeakKeyDictionary()
-
-
-def _recorded_by_liar(analysis: AliasAnalysis, node: torch.fx.Node) -> torch.fx.Node | None:
-    """The node of an op whose fake kernel the layout audit caught lying that ``node`` is computed from
-    (``node`` itself included), or None: downstream of it, recorded layouts may not be the real ones."""
-    liars = _LIARS.get(analysis)
-    if liars is None:
-        liars = {}
-        lying = _lying_nodes(analysis.nodes)
-        if lying:  # else nothing is computed from a liar: no walk over the graph
-            first, lying_set = analysis.position(lying[0]), set(lying)
-            for n in analysis.nodes[first:]:
-                if n in lying_set:
-                    liars[n] = n
-                    continue
-                source = next((liars[a] for a in _arg_nodes(n) if a in liars), None)
-                if source is not None:
-                    liars[n] = source
-        _LIARS[analysis] = liars
-    return liars.get(node)
-
-
-def _lying_nodes(nodes: Sequence[torch.fx.Node]) -> list[torch.fx.Node]:
-    """The nodes of ``nodes`` that :func:`_lies` picks, in order (judged once per ``OpOverload`` target:
-    most nodes share a few ops; torch-level calls resolve per node)."""
-    verdicts: dict[int, bool] = {}
-    lying: list[torch.fx.Node] = []
-    for n in nodes:
-        kind = n.op
-        if kind == "call_function":
-            target = n.target
-            verdict = verdicts.get(id(target))
-            if verdict is None:
-                verdict = _lies(n)
-                if isinstance(target, torch._ops.OpOverload):
-                    verdicts[id(target)] = verdict
-        elif kind == "call_method":
-            verdict = _lies(n)
-        else:
-            continue
-        if verdict:
-            lying.append(n)
-    return lying
-
-
-def _lies(node: torch.fx.Node) -> bool:
-    """Whether ``node`` calls an op (ATen, or what a torch-level call resolves to) whose fake kernel the layout audit caught lying."""
-    op = op_of(node)
-    return op is not None and fake_kernel_lies(op)
-
-
 def _names_memory_format(clone: torch.fx.Node) -> bool:
     """Whether a clone candidate asks for a memory format other than ``preserve_format``."""
     fmt = clone.kwargs.get("memory_format")
@@ -527,7 +472,7 @@ def suspect_layout(analysis: AliasAnalysis, clone: torch.fx.Node, original: torc
     >>> [getattr(suspect_layout(a, c, c.args[0]), "name", None) for c in gm.graph.nodes if c.name.startswith("clone")]
     ['roll', None]
     """
-    liar = _recorded_by_liar(analysis, original)
+    liar = analysis.lying_source(original)
     if liar is None:
         return None
     fc, fo = analysis.facts_of(clone), analysis.facts_of(original)
@@ -697,7 +642,7 @@ def _unobserved(
     if (_POINTWISE in op.tags or name in _COPIES) and not writes:  # (a)
         recorded = _layout(analysis.facts_of(user))
         others = [resolve(a) for a in _arg_nodes(user) if a not in names]
-        suspect = any(_recorded_by_liar(analysis, a) is not None for a in others)  # their layouts may be wrong
+        suspect = any(analysis.lying_source(a) is not None for a in others)  # their layouts may be wrong
         if (
             recorded is not None
             and not suspect

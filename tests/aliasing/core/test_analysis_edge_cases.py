@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 import aliasing
 from aliasing import UNKNOWN_STORAGE
@@ -141,3 +145,31 @@ def test_view_or_copy_answers_remembered_per_layout_stay_right() -> None:
     after = aliasing.analyze(gm)
     assert after.may_alias(second, x)
     check_analysis(after, gm, [torch.randn(3, 4), torch.randn(4, 3)])
+
+
+
+def _set_then_write(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    c = x * 1
+    z = y * 1
+    z.set_(c)  # z now lives in c's storage
+    z.add_(1)  # writes c
+    return c + 0
+
+
+@pytest.mark.parametrize("form", ["method", "function"])
+def test_a_torch_level_metadata_write_makes_the_value_unknown(form: str) -> None:
+    # A torch-level graph with fake metadata (symbolic_trace, then FakeTensorProp): the call scan
+    # sees tensor methods (call_method) as well as torch-level functions (call_function), so the
+    # write through z reaches c.
+    gm = torch.fx.symbolic_trace(_set_then_write)
+    if form == "function":
+        (node,) = [n for n in gm.graph.nodes if n.target == "set_"]
+        node.op, node.target = "call_function", torch.Tensor.set_
+        gm.recompile()
+    inputs = lambda: [torch.randn(3, 3), torch.randn(3, 3)]  # noqa: E731
+    FakeTensorProp(gm, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*inputs())
+    with pytest.warns(aliasing.NoAtenOpsWarning):
+        analysis = aliasing.analyze(gm)
+    check_analysis(analysis, gm, inputs())
+    assert UNKNOWN_STORAGE in analysis.storage_of("mul_1")
+    assert [n.name for n in analysis.writers("mul")] == ["set_", "add_"]

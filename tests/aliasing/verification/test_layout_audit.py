@@ -37,6 +37,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import rewrite.planning.dataflow
+from aliasing import AliasAnalysis
 from aliasing.core import layout_divergences
 from aliasing.core.registry import committed_path, torch_release
 from aliasing.verification.audit import main as audit_main
@@ -155,7 +156,7 @@ REAL_LAYOUT_RECORDED = {
 def test_without_the_table_the_rewrite_differs(name: str, tracer: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The bug the table fixes: meta's contiguous roll hides the layout change, the clone goes, real runs differ."""
     monkeypatch.setattr(rewrite.planning.dataflow, "layout_divergent", lambda overload: False)
-    monkeypatch.setattr(rewrite.planning.dataflow, "_recorded_by_liar", lambda analysis, node: None)
+    monkeypatch.setattr(AliasAnalysis, "lying_source", lambda self, node: None)
     original, inputs = _trace(name, tracer)
     rewritten = copy_program(original)
     report = eliminate_clones(rewritten, strict=True)
@@ -229,7 +230,7 @@ def test_clone_of_a_lying_fake_kernels_result_is_kept(tracer: str) -> None:
 
 
 def test_without_the_suspect_rule_the_clone_of_a_lying_kernels_result_goes_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rewrite.planning.dataflow, "_recorded_by_liar", lambda analysis, node: None)
+    monkeypatch.setattr(AliasAnalysis, "lying_source", lambda self, node: None)
     original = make_fx(roll_then_contiguous_clone, tracing_mode="fake")(*_channels_last())
     rewritten, report = _rewrite(original)
     assert report.decision("clone").action == "remove", str(report)
@@ -261,7 +262,7 @@ def test_a_copying_consumer_with_an_argument_from_a_lying_kernel_observes(monkey
     d = report.decision("clone")
     assert (d.action, d.reason) == ("keep", Reason.LAYOUT) and "cat" in d.evidence, str(report)
     check_equivalent(original, rewritten, _cat_inputs)
-    monkeypatch.setattr(rewrite.planning.dataflow, "_recorded_by_liar", lambda analysis, node: None)
+    monkeypatch.setattr(AliasAnalysis, "lying_source", lambda self, node: None)
     rewritten, report = _rewrite(original)
     assert report.decision("clone").action == "remove", str(report)
     with pytest.raises(NotEquivalent, match=r"\[output\] output 0: strides"):
