@@ -212,9 +212,9 @@ def may_raise_on_values(
     if name in _VALUE_SAFE or name in _LAYOUT_FREE_VIEWS or name in _RESHAPES:
         return False
     if _POINTWISE in op.tags:
-        return not all(_floating(analysis.facts_of(a)) for a in _arg_nodes(node))
+        return not all(_floating(analysis.facts_of(a)) for a in node.all_input_nodes)
     if changed is not None and name in _INDEXING and op.namespace == "aten":
-        return any(changed(a) and not _floating(analysis.facts_of(a)) for a in _arg_nodes(node))
+        return any(changed(a) and not _floating(analysis.facts_of(a)) for a in node.all_input_nodes)
     return True
 
 
@@ -600,7 +600,7 @@ def layout_observer(
         return value
     for user in users(value):
         # The arguments of ``user`` that stand for ``value`` (itself, or removed copies of it).
-        names = frozenset(a for a in _arg_nodes(user) if resolve(a) is value)
+        names = frozenset(a for a in user.all_input_nodes if resolve(a) is value)
         if not _unobserved(analysis, user, names, new_facts, users, dead_set, resolve):
             return user
     return None
@@ -641,7 +641,7 @@ def _unobserved(
         return True
     if (_POINTWISE in op.tags or name in _COPIES) and not writes:  # (a)
         recorded = _layout(analysis.facts_of(user))
-        others = [resolve(a) for a in _arg_nodes(user) if a not in names]
+        others = [resolve(a) for a in user.all_input_nodes if a not in names]
         suspect = any(analysis.lying_source(a) is not None for a in others)  # their layouts may be wrong
         if (
             recorded is not None
