@@ -73,29 +73,36 @@ def validate_graph(graph: torch.fx.Graph) -> None:
       at node: %early : [num_users=0] = call_function[target=torch.neg](args = (%relu,), kwargs = {})
     """
     seen: set[torch.fx.Node] = set()
+    covers, add = seen.issuperset, seen.add
     output: torch.fx.Node | None = None
     for node in graph.nodes:
         if output is not None:
             raise InvalidTargetError(
                 f"node {node.name} comes after the output node {output.name}\n  at node: {describe_node(node)}"
             )
-        inputs = node.all_input_nodes
-        if seen.issuperset(inputs):  # the common case, in one call
-            inputs = []
-        for arg in inputs:
-            if arg in seen:
-                continue
-            if arg.graph is not graph:
-                raise InvalidTargetError(
-                    f"node {node.name} takes {arg.name}, a node of another graph\n  at node: {describe_node(node)}"
-                )
-            what = "itself" if arg is node else f"{arg.name}, which is defined after it"
-            raise InvalidTargetError(
-                f"node {node.name} uses {what} (a cycle or a use before definition)\n  at node: {describe_node(node)}"
-            )
-        seen.add(node)
+        # The common case in one call: every input defined earlier. (``_input_nodes`` is the dict
+        # whose keys ``all_input_nodes`` copies into a new list; a Node without it takes that way.)
+        inputs = getattr(node, "_input_nodes", None)
+        if not covers(node.all_input_nodes if inputs is None else inputs):
+            _bad_input(graph, node, seen)
+        add(node)
         if node.op == "output":
             output = node
+
+
+def _bad_input(graph: torch.fx.Graph, node: torch.fx.Node, seen: set[torch.fx.Node]) -> None:
+    """Raise :class:`InvalidTargetError` for the first input of ``node`` not among ``seen``."""
+    for arg in node.all_input_nodes:
+        if arg in seen:
+            continue
+        if arg.graph is not graph:
+            raise InvalidTargetError(
+                f"node {node.name} takes {arg.name}, a node of another graph\n  at node: {describe_node(node)}"
+            )
+        what = "itself" if arg is node else f"{arg.name}, which is defined after it"
+        raise InvalidTargetError(
+            f"node {node.name} uses {what} (a cycle or a use before definition)\n  at node: {describe_node(node)}"
+        )
 
 
 def resolve_target(target: Any, donated_inputs: Iterable[int] = ()) -> Target:
