@@ -106,10 +106,21 @@ class TensorFacts:
         if plain is False:
             plain = None
             if self.strided:
-                strides = self.strides  # (reads the offset with the strides)
-                sizes, offset = self.sizes, self._offset
-                if plain_ints((offset, *sizes, *strides)):
-                    plain = (sizes, strides, offset, self.dtype)  # type: ignore[assignment]
+                # (the properties' reads, made here at once: this runs for most values a planner asks about)
+                v = self.value
+                sizes = self._sizes
+                if sizes is None:
+                    sizes = self._sizes = tuple(v.shape)
+                strides = self._strides
+                if strides is None:
+                    strides = self._strides = tuple(v.stride())
+                    self._offset = v.storage_offset()
+                dtype = self._dtype
+                if dtype is None:
+                    dtype = self._dtype = v.dtype
+                offset = self._offset
+                if set(map(type, (offset, *sizes, *strides))) <= _INT:  # (plain_ints, inlined)
+                    plain = (sizes, strides, offset, dtype)  # type: ignore[assignment]
             self._plain = plain
         return plain  # type: ignore[return-value]
 
