@@ -722,8 +722,7 @@ class AliasAnalysis:
         >>> [getattr(a.lying_source(n), "name", None) for n in ("roll", "relu", "relu_1")]
         ['roll', 'roll', None]
         """
-        node = n if type(n) is torch.fx.Node and n in self._b.position else self._node(n)
-        return self._b.lying_source(node)
+        return self._b.lying_source(self._node(n))
 
     def is_unknown(self, n: NodeRef) -> bool:
         """True when ``n`` is an op the analysis treats as opaque."""

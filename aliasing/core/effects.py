@@ -407,28 +407,22 @@ def scan_calls(nodes: Iterable[torch.fx.Node], facts: FactsCache) -> CallScan:
     mutated: set[torch.fx.Node] = set()
     lying: set[torch.fx.Node] = set()
     for n in nodes:
-        kind = n.op
-        if kind == "call_function":
-            op = n.target
-            if isinstance(op, torch._ops.OpOverload):
-                hit = _TEMPLATES.get(id(op))  # (_schema_effect's lookup, without the call: this runs on every node)
-                template = hit[1] if hit is not None else _schema_effect(op)
-                if template.fake_divergent:
-                    lying.add(n)
-                if not template.mutates_metadata and not template.out_params:
-                    continue
-            elif op is operator.getitem:
-                continue  # picks an element, or a view: changes no tensor's metadata (and resolves to no op)
-            elif not isinstance(op, torch._ops.HigherOrderOperator):
-                resolved = resolve_overload(n)
-                if resolved is not None and fake_kernel_lies(resolved):
-                    lying.add(n)
-        elif kind == "call_method":
-            resolved = resolve_overload(n)
+        kind, op = n.op, n.target
+        if kind == "call_function" and isinstance(op, torch._ops.OpOverload):
+            hit = _TEMPLATES.get(id(op))  # (_schema_effect's lookup, without the call: this runs on every node)
+            template = hit[1] if hit is not None else _schema_effect(op)
+            if template.fake_divergent:
+                lying.add(n)
+            if not template.mutates_metadata and not template.out_params:
+                continue
+        elif kind == "call_function" and op is operator.getitem:
+            continue  # picks an element, or a view: changes no tensor's metadata (and resolves to no op)
+        elif kind == "call_method" or (kind == "call_function" and not isinstance(op, torch._ops.HigherOrderOperator)):
+            resolved = resolve_overload(n)  # a torch-level call: the overload it stands for, if one
             if resolved is not None and fake_kernel_lies(resolved):
                 lying.add(n)
-        else:
-            continue
+        elif kind != "call_function":
+            continue  # placeholders, attributes, the output, modules (a HOP goes on, as before)
         mutated.update(metadata_written(n, facts))
     return CallScan(mutated, lying)
 

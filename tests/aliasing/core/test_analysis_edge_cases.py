@@ -147,7 +147,6 @@ def test_view_or_copy_answers_remembered_per_layout_stay_right() -> None:
     check_analysis(after, gm, [torch.randn(3, 4), torch.randn(4, 3)])
 
 
-
 def _set_then_write(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     c = x * 1
     z = y * 1
