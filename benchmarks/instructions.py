@@ -22,6 +22,10 @@ done, then counting only inside the measured call:
 - ``vllm``: vLLM's ``UnsafeCloneEliminationPass`` on a copy of the Graph
   (only where ``vllm`` is installed; the same in both trees).
 
+The graph shapes are ``scaling.py``'s (``shared``, ``synthetic``; ``--nodes`` sets
+their size) and ``models``: the ``torch.export`` graphs of ``benchmarks/models.py``'s
+five models (1,025 nodes in all), each measured once in turn in one count.
+
 The other revision is checked out with ``git worktree`` into a temporary
 folder (removed afterwards) and put first on ``sys.path`` for its children.
 A table is printed and JSON written (``--out``, default
@@ -43,6 +47,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch.fx
+
 from benchmarks.scaling import SHAPES, parse_size
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,26 +66,36 @@ def _child(tree: str, shape: str, nodes: int, measure: str) -> None:
 
     if not aliasing.__file__ or not Path(aliasing.__file__).resolve().is_relative_to(Path(tree).resolve()):
         raise SystemExit(f"aliasing was imported from {aliasing.__file__}, not from {tree}")
-    build, layers_for = SHAPES[shape]
-    gm, _ = build(layers_for(nodes))
+    graphs = _graphs(shape, nodes)
     if measure == "analyze":
         run: Any = aliasing.analyze
-        target: Any = copy_program(gm)
+        targets: list[Any] = [copy_program(gm) for gm in graphs]
     elif measure == "eliminate":
-        run, target = rewrite.eliminate_clones, copy_program(gm).graph
+        run, targets = rewrite.eliminate_clones, [copy_program(gm).graph for gm in graphs]
     else:
-        run, target = _vllm_pass(), copy_program(gm).graph
+        run, targets = _vllm_pass(), [copy_program(gm).graph for gm in graphs]
         if run is None:
             raise SystemExit("vllm is not installed here")
-    warm = copy_program(gm)
-    run(warm if measure == "analyze" else warm.graph)  # op templates, imports, caches
+    for gm in graphs:
+        warm = copy_program(gm)
+        run(warm if measure == "analyze" else warm.graph)  # op templates, imports, caches
     # Instrumentation on (callgrind acts on the command while this process runs code).
     control = subprocess.Popen(["callgrind_control", "-i", "on", str(os.getpid())], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while control.poll() is None and time.monotonic() < deadline:
         sum(range(1000))
     # Counted: only while functools.reduce (a C function the measure does not call) is on the stack.
-    functools.reduce(lambda _, t: run(t), [target], None)
+    functools.reduce(lambda _, t: run(t), targets, None)
+
+
+def _graphs(shape: str, nodes: int) -> list[torch.fx.GraphModule]:
+    """The graphs one count measures: one of ``scaling.py``'s shapes at ``nodes`` nodes, or the models' export graphs."""
+    if shape == "models":
+        from benchmarks.models import MODELS, capture_export
+
+        return [capture_export(name) for name in MODELS]
+    build, layers_for = SHAPES[shape]
+    return [build(layers_for(nodes))[0]]
 
 
 def count(tree: Path, shape: str, nodes: int, measure: str) -> int:
@@ -108,7 +124,7 @@ def _worktree(ref: str, where: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--base", default="HEAD", help="the revision to compare this checkout with (default HEAD)")
-    p.add_argument("--shape", default="shared", choices=("shared", "synthetic"))
+    p.add_argument("--shape", default="shared", choices=("shared", "synthetic", "models"))
     p.add_argument("--nodes", type=parse_size, default="2k", help="graph size (k = 1000; default 2k)")
     p.add_argument("--measures", default=",".join(MEASURES), help="comma-separated, of: " + ", ".join(MEASURES))
     p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/instructions-<shape>.json)")
@@ -126,10 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind (with callgrind_control) is not installed: apt-get install valgrind", file=sys.stderr)
         return 2
-    from benchmarks.synthetic import count_nodes
-
-    build, layers_for = SHAPES[args.shape]
-    actual = count_nodes(build(layers_for(nodes))[0])
+    actual = sum(len(gm.graph.nodes) for gm in _graphs(args.shape, nodes))
     rows: list[dict[str, Any]] = []
     vllm: int | None = None
     with tempfile.TemporaryDirectory() as tmp:
@@ -148,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False, capture_output=True)
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
-    print(f"{args.shape} graph, {actual} nodes; instructions (callgrind)")
+    print(f"{args.shape} graph{'s' if args.shape == 'models' else ''}, {actual} nodes; instructions (callgrind)")
     print(f"| measure | {args.base} | this checkout ({head} and the working tree) | ratio | per node (this) |")
     print("|---|---:|---:|---:|---:|")
     for r in rows:
