@@ -53,7 +53,7 @@ from aliasing.core.effects import (
     tensor_nodes,
     unknown_effect,
 )
-from aliasing.core.facts import FactsCache, TensorFacts, facts_of_value, has_meta, is_tensor_meta
+from aliasing.core.facts import FactsCache, TensorFacts, facts_of_value, is_tensor_meta
 from aliasing.core.regions import Region, regions_may_overlap
 from aliasing.core.roles import UNKNOWN_STORAGE, Role
 from aliasing.core.subgraphs import tie_control_flow
@@ -326,10 +326,11 @@ class _Builder:
     def run(self) -> None:
         scan = scan_calls(self.target.graph.nodes, self.cache)
         self.metadata_mutated, self._liars = scan.metadata_mutated, scan.lying
-        aten = torch_level = 0
+        aten = torch_level = described = 0
         position, cache, table, returns_tensor = self.position, self.cache, self.effects, _RETURNS_TENSOR
         # (a table whose class answers ``effect`` otherwise answers every node that way)
         short_effect = table.short_effect if type(table).effect is EffectTable.effect else _no_short_way
+        short_call, overload = self.short_call, torch._ops.OpOverload
         for pos, node in enumerate(self.target.graph.nodes):
             position[node] = pos
             op = node.op
@@ -338,16 +339,16 @@ class _Builder:
                 if target is operator.getitem:
                     self.getitem(pos, node)
                     continue
-                if isinstance(target, torch._ops.OpOverload):
+                if isinstance(target, overload):
                     aten += 1
                     returns = returns_tensor.get(id(target))  # (_returns_tensor's lookup, without the call)
                     if returns[1] if returns is not None else _returns_tensor(target):
-                        self.described += 1
-                        if not has_meta(node):
+                        described += 1
+                        if "val" not in node.meta:  # (has_meta, inlined)
                             self.undescribed.append(node)
                     effect = short_effect(node, cache)
                     if effect is not None:
-                        self.short_call(pos, node, effect)
+                        short_call(pos, node, effect)
                         continue
                 elif isinstance(target, torch._ops.HigherOrderOperator):
                     aten += 1
@@ -355,8 +356,8 @@ class _Builder:
                     torch_level += 1
                 self.call(pos, node)
             elif op == "placeholder":
-                self.described += 1
-                if not has_meta(node):
+                described += 1
+                if "val" not in node.meta:
                     self.undescribed.append(node)
                 self.placeholder(node)
             elif op == "get_attr":
@@ -366,6 +367,7 @@ class _Builder:
             else:  # call_method, call_module
                 torch_level += 1
                 self.call(pos, node)
+        self.described += described
         self.torch_level_only = torch_level > 0 and aten == 0
 
     def placeholder(self, node: torch.fx.Node) -> None:
@@ -391,7 +393,15 @@ class _Builder:
                 # A storage is donated only if every input in it is.
                 info = self.storages[s]
                 self.storages[s] = StorageInfo(info.id, role, info.origin, info.note)
-        self.bind(node, frozenset({s}), facts)
+        if node in self.metadata_mutated:
+            self.bind(node, frozenset((s,)), facts)
+            return
+        # (bind, inlined: one known storage)
+        self.points_to[node] = frozenset((s,))
+        self.members[s].append(node)
+        self.facts[node] = facts
+        if facts.strided:
+            self.exact.add(node)
 
     def _attr(self, name: str) -> Any:
         obj: Any = self.target.module
@@ -520,21 +530,43 @@ class _Builder:
             self.call(pos, node, effect)  # a tuple value for a tensor result: the general case
             return
         self.effect_of[node] = effect
-        if effect.reads:
-            self.record(pos, node, "read", effect.reads, whole=False)
+        points_to = self.points_to
+        reads = effect.reads
+        if reads:  # (record's loop, inlined: one call fewer per node)
+            exact, accesses = self.exact, self.accesses
+            for v in reads:
+                pts = points_to.get(v)
+                if pts is not None:
+                    acc = _new_tuple(Access, (pos, node, "read", v, v not in exact))
+                    for s in pts:
+                        accesses[s].append(acc)
         if effect.writes:
             self.record(pos, node, "write", effect.writes, whole=False)
         aliased = effect.outputs.get(SINGLE)
-        if aliased is None:  # a mutator returns nothing (a tensor in its metadata regardless is fresh)
-            if facts is not None:
-                self.bind(node, self._fresh(node), facts)
-            return
         if aliased:
-            pts = self.points_to.get(aliased[0])
+            pts = points_to.get(aliased[0])
             if pts:
                 self.bind(node, pts, self.trusted(facts, aliased))
+            return
+        if aliased is None and facts is None:
+            return  # a mutator returns nothing (a tensor in its metadata regardless is fresh)
+        # A fresh result (bind and new_storage, inlined: the most common call of all).
+        i = len(self.storages)
+        if i >= len(_SIDS):
+            _more_sids(i)
+        self.storages.append(_new_tuple(StorageInfo, (_SIDS[i], Role.INTERMEDIATE, node.name, "")))
+        self.accesses[i] = []
+        self.members[i] = [node]
+        if node in self.metadata_mutated:
+            pts = frozenset((i, _U))
+            self.members[_U].append(node)
         else:
-            self.bind(node, self._fresh(node), facts)
+            pts = frozenset((i,))
+        points_to[node] = pts
+        if facts is not None:
+            self.facts[node] = facts
+            if facts.strided and _U not in pts:
+                self.exact.add(node)
 
     def getitem(self, pos: int, node: torch.fx.Node) -> None:
         src, key = (node.args + (None, None))[:2]

@@ -259,6 +259,11 @@ class _SchemaEffect:
     #: hidden, no ``out=`` and no argument written without being read (custom in-place kernels:
     #: ``rms_norm_``, a KV-cache write): the third short way
     mutator: bool = False
+    #: an op whose one tensor result is a view or a copy of its first argument, depending on the
+    #: layout (``reshape``, ``contiguous``, ``flatten``, ``to``), nothing written or hidden: a call
+    #: the trace records as a view (its result in its first argument's fake storage) takes the view
+    #: ops' short way; a recorded copy takes the general one (:attr:`Effect.copies`)
+    view_or_copy: bool = False
     #: the layout audit caught the op's fake kernel laying results out otherwise than eager
     #: (:func:`aliasing.core.layout_divergences.fake_layout_divergent`)
     fake_divergent: bool = False
@@ -310,6 +315,7 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
     )
     plain = simple and not out_args[0]
     view = simple and schema.name in VIEWS and out_args[0] == (0,)
+    view_or_copy = simple and schema.name not in VIEWS and out_args[0] == (0,)
     out_params = tuple(i for i in range(len(names)) if arg_writes[i] and kwarg_only[i])
     write_only = _write_only(schema.name, names, arg_writes, kwarg_only, registry.kind)
     mutator = (
@@ -343,6 +349,7 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
         plain=plain,
         mutator=mutator,
         view=view,
+        view_or_copy=view_or_copy,
         fake_divergent=fake_layout_divergent(str(op)),
     )
 
@@ -552,7 +559,7 @@ def _matches_schema(se: _SchemaEffect, args: Sequence[Any], kwargs: Mapping[str,
 def _short_way(
     se: _SchemaEffect, node: torch.fx.Node, facts: FactsCache, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> Effect | None:
-    """The effect of a call of a plain, a mutator or a view op by its short way (the general
+    """The effect of a call of a plain, a mutator, a view or a traced-view op by its short way (the general
     rules' effect, computed without their questions); None for other ops, and for a view call
     whose base is no node (the general rules decide). ``args`` and ``kwargs`` are the node's
     (read once by the caller: they are properties)."""
@@ -562,6 +569,8 @@ def _short_way(
         return _mutator_effect(se, args, kwargs)
     if se.view:
         return _view_effect(se, args, kwargs)
+    if se.view_or_copy:
+        return _traced_view_effect(se, node, facts, args, kwargs)
     return None
 
 
@@ -576,9 +585,20 @@ def _plain_effect(
     """The effect of a call of a plain op (:attr:`_SchemaEffect.plain`): it reads every tensor
     passed and returns fresh memory, unless the trace shows the result in an argument's storage
     (then it aliases the first such argument). What the general path computes for these ops."""
-    reads = _unique(_passed_tensors(se, args, kwargs))
+    tensors = _passed_tensors(se, args, kwargs)
+    # (_unique and _short_effect, inlined: a plain call is the most common node of all)
+    if len(tensors) == 1:
+        reads: Sources = (tensors[0],)
+    elif len(tensors) == 2:
+        a, b = tensors
+        reads = (a,) if a is b else (a, b)
+    else:
+        reads = tuple(dict.fromkeys(tensors))
     hit = facts.in_storage_of(node, reads) if reads else None
-    return _short_effect(reads, _FRESH_RESULT if hit is None else {SINGLE: (hit,)})
+    effect = _new_object(Effect)
+    d = effect.__dict__
+    d["reads"], d["outputs"] = reads, _FRESH_RESULT if hit is None else {SINGLE: (hit,)}
+    return effect
 
 
 def _view_effect(se: _SchemaEffect, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Effect | None:
@@ -595,6 +615,23 @@ def _view_effect(se: _SchemaEffect, args: Sequence[Any], kwargs: Mapping[str, An
     tensors = _passed_tensors(se, args, kwargs)
     reads = tuple(n for n in dict.fromkeys(tensors) if n is not base) if len(tensors) > 1 else ()
     return _short_effect(reads, {SINGLE: (base,)})
+
+
+def _traced_view_effect(
+    se: _SchemaEffect, node: torch.fx.Node, facts: FactsCache, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Effect | None:
+    """The effect of a call of a view-or-copy op (:attr:`_SchemaEffect.view_or_copy`) that the trace
+    recorded as a view: both the result and its first argument have fake tensors, in one fake storage.
+    Then the general rules give what a view op's call gives (no copy recorded, so nothing read of
+    the base, and no :attr:`Effect.copies`); None otherwise (the general path weighs a recorded copy)."""
+    effect = _view_effect(se, args, kwargs)
+    if effect is None:
+        return None
+    base = effect.outputs[SINGLE][0]
+    f, b = facts.tensor(node), facts.tensor(base)
+    if f is None or b is None or f.storage_key != b.storage_key:
+        return None
+    return effect
 
 
 def _mutator_effect(se: _SchemaEffect, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Effect:
@@ -1137,7 +1174,8 @@ class EffectTable:
         """The effect of a ``call_function`` node of an ``OpOverload`` the table has no rule for,
         when its template takes a short way (:func:`_short_way`: a *plain* op, one fresh tensor
         result, nothing written; a *view* op, its one result aliasing its first argument; a
-        *mutator*, nothing returned, declared writes only), as :meth:`effect` gives it; None for
+        *mutator*, nothing returned, declared writes only; a *view-or-copy* op the trace recorded
+        as a view), as :meth:`effect` gives it; None for
         any other node (and a template not computed yet). The analysis's short way for the most
         common calls, without :meth:`effect`'s dispatch.
         """
@@ -1146,12 +1184,19 @@ class EffectTable:
         if hit is None or (self._op_rules and op in self.rules):
             return None
         se = hit[1]
-        if not (se.plain or se.view or se.mutator):
+        if not (se.plain or se.view or se.mutator or se.view_or_copy):
             return None
         args, kwargs = node.args, node.kwargs
-        if not _matches_schema(se, args, kwargs):
+        # (_matches_schema and _short_way, inlined: this runs for most nodes of every analysis)
+        if len(args) > len(se.names) or (kwargs and any(k not in se.index for k in kwargs)):
             return None  # (an argument mismatch: the general path's unknown effect)
-        return _short_way(se, node, facts, args, kwargs)
+        if se.plain:
+            return _plain_effect(se, node, facts, args, kwargs)
+        if se.mutator:
+            return _mutator_effect(se, args, kwargs)
+        if se.view:
+            return _view_effect(se, args, kwargs)
+        return _traced_view_effect(se, node, facts, args, kwargs)
 
     def effect(self, node: torch.fx.Node, facts: FactsCache) -> Effect:
         """The effect of one ``call_*`` node (``facts`` is the metadata cache to read through)."""

@@ -1,11 +1,13 @@
-"""The short ways through ``schema_effect`` (plain, view and mutator ops) give exactly the general rules' effects.
+"""The short ways through ``schema_effect`` (plain, view, mutator and traced-view ops) give exactly the general rules' effects.
 
 ``aliasing.core.effects`` computes each overload's template once and sends calls
 of three kinds of op a short way: *plain* ops (one fresh tensor result, nothing
 written, no alias annotation, no hidden effect: ``mm``, ``softmax``, ``clone``),
 *view* ops whose one result aliases their first argument only (``view``,
 ``t``, ``slice``, ``expand``) and *mutators*, which return nothing and write
-arguments they declare (custom in-place kernels, ``_foreach_add_``). Here every
+arguments they declare (custom in-place kernels, ``_foreach_add_``); and calls of
+*view-or-copy* ops (``reshape``, ``contiguous``) that the trace recorded as views
+take the view ops' way (a recorded copy takes the general one). Here every
 call node of many graphs (drawn fuzzer programs, the benchmark decoders, a
 program of views passed by keyword, a program of mutators and a graph whose
 fake tensors show a "fresh" result in its argument's storage) gets its effect
@@ -46,9 +48,9 @@ def _calls(graph: torch.fx.Graph) -> Iterator[tuple[torch.fx.Node, torch._ops.Op
 
 
 def _general(node: torch.fx.Node, op: torch._ops.OpOverload, cache: FactsCache, monkeypatch: pytest.MonkeyPatch) -> effects.Effect:
-    """The effect by the general rules: the op's template with both short ways off."""
+    """The effect by the general rules: the op's template with every short way off."""
     original = effects._schema_effect
-    template = dataclasses.replace(original(op), plain=False, view=False, mutator=False)
+    template = dataclasses.replace(original(op), plain=False, view=False, mutator=False, view_or_copy=False)
     with monkeypatch.context() as m:
         m.setattr(effects, "_schema_effect", lambda o: template if o is op else original(o))
         return effects.schema_effect(node, cache, op)
@@ -56,7 +58,7 @@ def _general(node: torch.fx.Node, op: torch._ops.OpOverload, cache: FactsCache, 
 
 def _compare(graph: torch.fx.Graph, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Compare both ways on every op call of ``graph``; count the calls that took each short way."""
-    taken = {"plain": 0, "view": 0, "mutator": 0}
+    taken = {"plain": 0, "view": 0, "mutator": 0, "view_or_copy": 0}
     cache = FactsCache()
     for node, op in _calls(graph):
         template = effects._schema_effect(op)
@@ -66,6 +68,7 @@ def _compare(graph: torch.fx.Graph, monkeypatch: pytest.MonkeyPatch) -> dict[str
         taken["plain"] += template.plain
         taken["view"] += template.view
         taken["mutator"] += template.mutator
+        taken["view_or_copy"] += template.view_or_copy
     return taken
 
 
@@ -86,6 +89,10 @@ def test_templates_name_the_short_ways() -> None:
         torch.ops.aten.t_.default,  # changes its argument's layout
     ):
         assert not t(op).plain and not t(op).view and not t(op).mutator, op
+    for op in (torch.ops.aten.reshape.default, torch.ops.aten.contiguous.default, torch.ops.aten.flatten.using_ints):
+        assert t(op).view_or_copy, op
+    for op in (torch.ops.aten.t.default, torch.ops.aten.mm.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.split.Tensor):
+        assert not t(op).view_or_copy, op
     for op in (
         torch.ops.aten.add_.Tensor,  # returns what it wrote
         torch.ops.aten.copy_.default,  # overwrites its destination without reading it
@@ -96,7 +103,7 @@ def test_templates_name_the_short_ways() -> None:
 
 
 def test_benchmark_decoders(monkeypatch: pytest.MonkeyPatch) -> None:
-    taken = {"plain": 0, "view": 0, "mutator": 0}
+    taken = {"plain": 0, "view": 0, "mutator": 0, "view_or_copy": 0}
     for gm in (build_shared_weight_graph(2)[0], build_transformer_graph(2)[0]):
         for k, v in _compare(gm.graph, monkeypatch).items():
             taken[k] += v
@@ -149,6 +156,45 @@ def test_mutators(monkeypatch: pytest.MonkeyPatch) -> None:
     assert taken["mutator"] == 4
 
 
+class _ViewsOrCopies(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = x.reshape(12)  # a view
+        b = x.t().reshape(12)  # a copy
+        c = torch.ops.aten.reshape.default(self=x, shape=[6, 2])  # a view, by keyword
+        d = x.t().contiguous()  # a copy
+        e = x.contiguous()  # the argument itself (export drops the call)
+        f = y[:, 1:].flatten()  # a copy of a view
+        g = y.flatten()  # a view
+        return a * 2, b, c, d, e + 1, f, g, e.clone()
+
+
+def _views_or_copies() -> torch.fx.GraphModule:
+    """An export graph (``make_fx`` decomposes ``reshape``, ``contiguous`` and ``flatten``), one
+    call's arguments passed by keyword."""
+    gm = torch.export.export(_ViewsOrCopies(), (torch.randn(4, 3), torch.randn(4, 3))).graph_module
+    by_keyword = [n for n in gm.graph.nodes if n.target is torch.ops.aten.reshape.default][2]
+    x, shape = by_keyword.args
+    by_keyword.args, by_keyword.kwargs = (), {"self": x, "shape": shape}
+    return gm
+
+
+def test_views_or_copies(monkeypatch: pytest.MonkeyPatch) -> None:
+    gm = _views_or_copies()
+    taken = _compare(gm.graph, monkeypatch)
+    assert taken["view_or_copy"] == 6
+    # The analysis's short way answers the calls recorded as views; the recorded copies (whose
+    # effects name them in ``copies``) are left to the general path.
+    from aliasing import DEFAULT_EFFECTS
+
+    cache = FactsCache()
+    calls = [n for n, op in _calls(gm.graph) if effects._schema_effect(op).view_or_copy]
+    copies = [n.name for n in calls if effects.schema_effect(n, cache).copies]
+    short = [n.name for n in calls if DEFAULT_EFFECTS.short_effect(n, cache) is not None]
+    assert len(calls) == 6 and len(copies) == 3, (calls, copies)
+    assert sorted(short) == sorted(n.name for n in calls if n.name not in copies)
+    _analysis_both_ways(gm)
+
+
 def _answers(gm: torch.fx.GraphModule) -> list[object]:
     """Every answer of the analysis of ``gm``: per node and per storage."""
     import aliasing
@@ -185,6 +231,7 @@ def test_analysis_takes_the_short_ways_exactly() -> None:
         build_shared_weight_graph(2)[0],
         build_transformer_graph(2)[0],
         make_fx(_mutators, tracing_mode="fake")(torch.randn(4, 4), torch.randn(4, 4)),
+        _views_or_copies(),
     ]
     for gm in programs_:
         _analysis_both_ways(gm)
