@@ -41,3 +41,15 @@ def test_without_valgrind_it_says_how_to_install_it(
     monkeypatch.setattr(instructions.shutil, "which", lambda name: None)
     assert instructions.main(["--measures", "analyze"]) == 2
     assert "apt-get install valgrind" in capsys.readouterr().err
+
+
+def test_the_models_shape_is_the_five_export_graphs() -> None:
+    from benchmarks.models import MODELS
+
+    graphs = instructions._graphs("models", 0)
+    assert len(graphs) == len(MODELS) == 5
+    for gm in graphs:
+        calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+        assert calls and all("val" in n.meta for n in calls if n.target is not None), gm
+    (shared,) = instructions._graphs("shared", 64)
+    assert 32 <= len(shared.graph.nodes) <= 128

@@ -237,6 +237,19 @@ def test_analysis_takes_the_short_ways_exactly() -> None:
         _analysis_both_ways(gm)
 
 
+def test_model_graphs_take_the_short_ways_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Real export graphs: reshape, contiguous and flatten recorded as views and as copies among them.
+    from benchmarks.models import MODELS, capture_export
+
+    taken = {"plain": 0, "view": 0, "mutator": 0, "view_or_copy": 0}
+    for name in MODELS:
+        gm = capture_export(name)
+        for k, v in _compare(gm.graph, monkeypatch).items():
+            taken[k] += v
+        _analysis_both_ways(gm)
+    assert taken["plain"] > 0 and taken["view"] > 0 and taken["view_or_copy"] > 0, taken
+
+
 @settings(max_examples=40, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
 @given(programs())
 def test_analysis_of_drawn_programs_takes_the_short_ways_exactly(program: Program) -> None:
