@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         base = _worktree(args.base, Path(tmp))
         try:
             for m in measures:
-                print(f"counting {m} ({args.shape}, {nodes} nodes)...", file=sys.stderr)
+                print(f"counting {m} ({args.shape}, {actual} nodes)...", file=sys.stderr)
                 if m == "vllm":  # the same in both trees: counted once, the reference for ``eliminate``
                     try:
                         vllm = count(ROOT, args.shape, nodes, m)
