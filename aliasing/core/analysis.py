@@ -522,7 +522,7 @@ class _Builder:
                 self.bind(node, frozenset(union), None)
 
     def short_call(self, pos: int, node: torch.fx.Node, effect: Effect) -> None:
-        """:meth:`call` for the effect of a plain, a view or a mutator op (:meth:`EffectTable.short_effect`:
+        """:meth:`call` for the effect of a call that takes a short way (:meth:`EffectTable.short_effect`:
         it reads tensors, writes some, and returns one tensor, fresh or in one argument's storage,
         or nothing): the same records, without the general case's questions."""
         facts = self.cache.tensor(node)
@@ -544,9 +544,14 @@ class _Builder:
             self.record(pos, node, "write", effect.writes, whole=False)
         aliased = effect.outputs.get(SINGLE)
         if aliased:
-            pts = points_to.get(aliased[0])
+            first = aliased[0]
+            pts = points_to.get(first)
             if pts:
-                self.bind(node, pts, self.trusted(facts, aliased))
+                if effect.writes and first in effect.writes:
+                    # An in-place op returns the tensor it wrote: its layout is that tensor's (as in call).
+                    self.bind(node, pts, self.facts.get(first))
+                else:
+                    self.bind(node, pts, self.trusted(facts, aliased))
             return
         if aliased is None and facts is None:
             return  # a mutator returns nothing (a tensor in its metadata regardless is fresh)

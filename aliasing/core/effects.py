@@ -252,18 +252,23 @@ class _SchemaEffect:
     #: one fresh tensor result, nothing written, no alias annotation, nothing hidden (``mm``,
     #: ``softmax``, ``clone``): the common case, which :func:`schema_effect` takes a short way
     plain: bool = False
-    #: a view op (:data:`VIEWS`) whose one tensor result aliases its first argument only, nothing
-    #: written or hidden (``view``, ``t``, ``slice``, ``expand``): the other short way
+    #: a view op (:data:`VIEWS`) whose one tensor result aliases its first argument only (by its
+    #: schema, or by the hidden-effects table: ``_unsafe_view``), nothing written (``view``, ``t``,
+    #: ``slice``, ``expand``): the other short way
     view: bool = False
     #: an op that returns nothing and writes arguments it declares (``Tensor(a!)``), with nothing
     #: hidden, no ``out=`` and no argument written without being read (custom in-place kernels:
     #: ``rms_norm_``, a KV-cache write): the third short way
     mutator: bool = False
     #: an op whose one tensor result is a view or a copy of its first argument, depending on the
-    #: layout (``reshape``, ``contiguous``, ``flatten``, ``to``), nothing written or hidden: a call
+    #: layout (``reshape``, ``contiguous``, ``flatten``, ``to``; ``dropout`` and ``type_as`` by the
+    #: hidden-effects table), nothing written: a call
     #: the trace records as a view (its result in its first argument's fake storage) takes the view
     #: ops' short way; a recorded copy takes the general one (:attr:`Effect.copies`)
     view_or_copy: bool = False
+    #: an in-place op that writes its first argument only and returns it (``add_``, ``mul_``,
+    #: ``copy_``, whose old value it does not read), nothing hidden, no ``out=``: the fifth short way
+    inplace: bool = False
     #: the layout audit caught the op's fake kernel laying results out otherwise than eager
     #: (:func:`aliasing.core.layout_divergences.fake_layout_divergent`)
     fake_divergent: bool = False
@@ -307,17 +312,33 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
     metadata_only = name in METADATA_ONLY or schema.name in METADATA_ONLY
     unclassified = registry.kind == "unclassified" and schema.name.startswith("aten::")
     may_write = any(arg_writes) or any(hidden_writes)
-    simple = (
+    one_result = (
         not (metadata_only or unclassified or may_write or list_return or registry.kind == "metadata-mutating")
         and len(out_sets) == 1
-        and view_of is None
         and str(returns[0].type) == "Tensor"
     )
-    plain = simple and not out_args[0]
-    view = simple and schema.name in VIEWS and out_args[0] == (0,)
-    view_or_copy = simple and schema.name not in VIEWS and out_args[0] == (0,)
+    # The one result may alias the first argument only: by the schema's annotation, or by the
+    # hidden-effects table where the schema declares none (``_unsafe_view``, ``dropout``).
+    aliases_first = one_result and (
+        out_args[0] == (0,) if view_of is None else (not out_args[0] and names[:1] == (view_of,))
+    )
+    plain = one_result and view_of is None and not out_args[0]
+    view = aliases_first and schema.name in VIEWS
+    view_or_copy = aliases_first and schema.name not in VIEWS
     out_params = tuple(i for i in range(len(names)) if arg_writes[i] and kwarg_only[i])
     write_only = _write_only(schema.name, names, arg_writes, kwarg_only, registry.kind)
+    inplace = (
+        not (metadata_only or unclassified or list_return or registry.kind == "metadata-mutating")
+        and len(out_sets) == 1
+        and str(returns[0].type) == "Tensor"
+        and out_args[0] == (0,)
+        and hidden is None
+        and not out_params
+        and arg_writes[:1] == (True,)
+        and not any(arg_writes[1:])
+        and not kwarg_only[0]
+        and write_only in ((), (0,))
+    )
     mutator = (
         not (metadata_only or unclassified or list_return or registry.kind == "metadata-mutating")
         and not returns
@@ -350,6 +371,7 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
         mutator=mutator,
         view=view,
         view_or_copy=view_or_copy,
+        inplace=inplace,
         fake_divergent=fake_layout_divergent(str(op)),
     )
 
@@ -559,7 +581,7 @@ def _matches_schema(se: _SchemaEffect, args: Sequence[Any], kwargs: Mapping[str,
 def _short_way(
     se: _SchemaEffect, node: torch.fx.Node, facts: FactsCache, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> Effect | None:
-    """The effect of a call of a plain, a mutator, a view or a traced-view op by its short way (the general
+    """The effect of a call of a plain, a mutator, a view, a traced-view or an in-place op by its short way (the general
     rules' effect, computed without their questions); None for other ops, and for a view call
     whose base is no node (the general rules decide). ``args`` and ``kwargs`` are the node's
     (read once by the caller: they are properties)."""
@@ -571,6 +593,8 @@ def _short_way(
         return _view_effect(se, args, kwargs)
     if se.view_or_copy:
         return _traced_view_effect(se, node, facts, args, kwargs)
+    if se.inplace:
+        return _inplace_effect(se, args, kwargs)
     return None
 
 
@@ -632,6 +656,21 @@ def _traced_view_effect(
     if f is None or b is None or f.storage_key != b.storage_key:
         return None
     return effect
+
+
+def _inplace_effect(se: _SchemaEffect, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Effect | None:
+    """The effect of a call of an in-place op (:attr:`_SchemaEffect.inplace`): it writes its first
+    argument and returns it, and reads every tensor passed, but for ``copy_``'s destination unless
+    it is passed as an input too (what the general path computes for these ops); None when the
+    first argument is no node (the general path decides)."""
+    name = se.names[0]
+    base = kwargs[name] if kwargs and name in kwargs else (args[0] if args else None)
+    if type(base) is not torch.fx.Node:
+        return None
+    tensors = _passed_tensors(se, args, kwargs)  # (``base`` first: the first argument is a tensor)
+    rest = tensors[1:]
+    reads = _unique(rest) if se.write_only and base not in rest else _unique(tensors)
+    return Effect(reads=reads, writes=(base,), outputs={SINGLE: (base,)})
 
 
 def _mutator_effect(se: _SchemaEffect, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Effect:
@@ -1175,7 +1214,8 @@ class EffectTable:
         when its template takes a short way (:func:`_short_way`: a *plain* op, one fresh tensor
         result, nothing written; a *view* op, its one result aliasing its first argument; a
         *mutator*, nothing returned, declared writes only; a *view-or-copy* op the trace recorded
-        as a view), as :meth:`effect` gives it; None for
+        as a view; an *in-place* op, its first argument written and returned), as :meth:`effect`
+        gives it; None for
         any other node (and a template not computed yet). The analysis's short way for the most
         common calls, without :meth:`effect`'s dispatch.
         """
@@ -1184,7 +1224,7 @@ class EffectTable:
         if hit is None or (self._op_rules and op in self.rules):
             return None
         se = hit[1]
-        if not (se.plain or se.view or se.mutator or se.view_or_copy):
+        if not (se.plain or se.view or se.mutator or se.view_or_copy or se.inplace):
             return None
         args, kwargs = node.args, node.kwargs
         # (_matches_schema and _short_way, inlined: this runs for most nodes of every analysis)
@@ -1196,7 +1236,9 @@ class EffectTable:
             return _mutator_effect(se, args, kwargs)
         if se.view:
             return _view_effect(se, args, kwargs)
-        return _traced_view_effect(se, node, facts, args, kwargs)
+        if se.view_or_copy:
+            return _traced_view_effect(se, node, facts, args, kwargs)
+        return _inplace_effect(se, args, kwargs)
 
     def effect(self, node: torch.fx.Node, facts: FactsCache) -> Effect:
         """The effect of one ``call_*`` node (``facts`` is the metadata cache to read through)."""

@@ -49,7 +49,8 @@ def check_donated_inputs(donated_inputs: object) -> tuple[int, ...]:
 
 
 def _placeholders(graph: torch.fx.Graph) -> list[torch.fx.Node]:
-    return [n for n in graph.nodes if n.op == "placeholder"]
+    """The placeholders in graph order (from FX's index of nodes by op: no pass over the graph)."""
+    return list(graph.find_nodes(op="placeholder", sort=True))
 
 
 def validate_graph(graph: torch.fx.Graph) -> None:
