@@ -193,7 +193,7 @@ class _ViewsOrCopies(torch.nn.Module):
         e = x.contiguous()  # the argument itself (export drops the call)
         f = y[:, 1:].flatten()  # a copy of a view
         g = y.flatten()  # a view
-        # the input itself in eager (the hidden-effects table), but export records a copy: the
+        # the input itself in eager (the hidden-effects table); where export records a copy, the
         # general way, where the analysis reruns the fake kernel and keeps the alias
         h = torch.ops.aten.dropout.default(y, 0.5, False)
         i = torch.ops.aten.type_as.default(x, y)  # the same dtype: the input itself
@@ -222,7 +222,9 @@ def test_views_or_copies(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = [n for n, op in _calls(gm.graph) if effects._schema_effect(op).view_or_copy]
     copies = [n.name for n in calls if effects.schema_effect(n, cache).copies]
     short = [n.name for n in calls if DEFAULT_EFFECTS.short_effect(n, cache) is not None]
-    assert len(calls) == 8 and len(copies) == 4, (calls, copies)
+    assert len(calls) == 8, calls
+    # (torch 2.13's export records the dropout as a copy, 2.14's as its input)
+    assert {"reshape_1", "contiguous", "flatten"} <= set(copies) <= {"reshape_1", "contiguous", "flatten", "dropout"}, copies
     assert sorted(short) == sorted(n.name for n in calls if n.name not in copies)
     _analysis_both_ways(gm)
     import aliasing
