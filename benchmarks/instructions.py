@@ -8,7 +8,8 @@ Run from the repository root (needs ``valgrind``: ``apt-get install valgrind``):
 On a machine shared with other jobs, the CPU time of identical runs moves by
 up to a half within minutes (``benchmarks/README.md``), so a change of a few
 percent is invisible in timings. The number of instructions a measure
-executes is the same from run to run (within about 0.5%) and answers "is this
+executes is the same from run to run (within about 0.5% for this project's
+measures; vLLM's pass moved by up to 1.5%) and answers "is this
 revision cheaper than that one" where timings cannot. It is no substitute for
 the targets, which are judged on CPU time (``benchmarks/scaling.py``): it does
 not see cache misses, and callgrind runs about fifty times slower.
