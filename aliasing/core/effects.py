@@ -581,10 +581,12 @@ def _matches_schema(se: _SchemaEffect, args: Sequence[Any], kwargs: Mapping[str,
 def _short_way(
     se: _SchemaEffect, node: torch.fx.Node, facts: FactsCache, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> Effect | None:
-    """The effect of a call of a plain, a mutator, a view, a traced-view or an in-place op by its short way (the general
-    rules' effect, computed without their questions); None for other ops, and for a view call
-    whose base is no node (the general rules decide). ``args`` and ``kwargs`` are the node's
-    (read once by the caller: they are properties)."""
+    """The effect of a call of a plain, a mutator, a view, a traced-view or an in-place op by its
+    short way (the general rules' effect, computed without their questions); None for other ops,
+    for a view or in-place call whose first argument is no node, and for a view-or-copy call the
+    trace recorded as a copy (the general rules decide). ``args`` and ``kwargs`` are the node's
+    (read once by the caller: they are properties). The one dispatch of :func:`schema_effect` and
+    :meth:`EffectTable.short_effect`."""
     if se.plain:
         return _plain_effect(se, node, facts, args, kwargs)
     if se.mutator:
@@ -1227,18 +1229,10 @@ class EffectTable:
         if not (se.plain or se.view or se.mutator or se.view_or_copy or se.inplace):
             return None
         args, kwargs = node.args, node.kwargs
-        # (_matches_schema and _short_way, inlined: this runs for most nodes of every analysis)
+        # (_matches_schema, inlined: this runs for most nodes of every analysis)
         if len(args) > len(se.names) or (kwargs and any(k not in se.index for k in kwargs)):
             return None  # (an argument mismatch: the general path's unknown effect)
-        if se.plain:
-            return _plain_effect(se, node, facts, args, kwargs)
-        if se.mutator:
-            return _mutator_effect(se, args, kwargs)
-        if se.view:
-            return _view_effect(se, args, kwargs)
-        if se.view_or_copy:
-            return _traced_view_effect(se, node, facts, args, kwargs)
-        return _inplace_effect(se, args, kwargs)
+        return _short_way(se, node, facts, args, kwargs)
 
     def effect(self, node: torch.fx.Node, facts: FactsCache) -> Effect:
         """The effect of one ``call_*`` node (``facts`` is the metadata cache to read through)."""
