@@ -15,6 +15,12 @@ the graphs at most 5; the worst, and each graph's minimum, are reported beside
 it), and writes ``benchmarks/results/models.json``. The graphs are captured
 first, then each is analysed ``--repeats`` times in a row (``--interleave``: in
 rounds, one analysis of each graph per round).
+
+``--vs-vllm`` also times the whole pass, ``rewrite.eliminate_clones`` on the bare
+``Graph``, side by side with vLLM's ``UnsafeCloneEliminationPass`` (where ``vllm`` is
+installed) on fresh copies of every graph, interleaved round by round in one process
+(CPU medians), with the clones each removes: graphs with few clones or none, where the
+unsafe pass costs little more than a loop over the nodes (target: at most 1.0x).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from torch import Tensor, nn
 
 import aliasing
 
-__all__ = ["MODELS", "capture_export", "capture_post_grad", "main", "time_analyze"]
+__all__ = ["MODELS", "capture_export", "capture_post_grad", "compare_passes", "main", "time_analyze"]
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "models.json"
 #: Target of the real-model measure: analysis time per node, microseconds, median over the graphs.
@@ -205,6 +211,60 @@ def capture_post_grad(name: str) -> torch.fx.Graph:
     return captured[-1]
 
 
+def compare_passes(
+    graphs: list[tuple[str, str, torch.fx.GraphModule | torch.fx.Graph]], repeats: int, *, with_vllm: bool = True
+) -> list[dict[str, Any]]:
+    """Per graph: CPU medians of ``rewrite.eliminate_clones`` on a fresh copy of its bare ``Graph`` and,
+    where ``vllm`` is installed (and ``with_vllm``), of vLLM's ``UnsafeCloneEliminationPass`` on another,
+    interleaved round by round; the clones of the graph and the clones each pass removed.
+
+    The copies are made before each clock starts; a pass that raises is recorded as crashed.
+    """
+    import rewrite
+    from benchmarks.scaling import vllm_pass_runner
+
+    theirs = vllm_pass_runner() if with_vllm else None
+
+    def clones(g: torch.fx.Graph) -> int:
+        return len(g.find_nodes(op="call_function", target=torch.ops.aten.clone.default))
+
+    def timed(run: Callable[[torch.fx.Graph], object], g: torch.fx.Graph) -> tuple[float, int | None]:
+        before = clones(g)
+        start = time.process_time()
+        try:
+            run(g)
+        except Exception:
+            return time.process_time() - start, None  # crashed
+        return time.process_time() - start, before - clones(g)
+
+    rows: list[dict[str, Any]] = []
+    for name, kind, target in graphs:
+        graph = target.graph if isinstance(target, torch.fx.GraphModule) else target
+        ours_runs: list[float] = []
+        theirs_runs: list[float] = []
+        removed: dict[str, int | None] = {}
+        for _ in range(repeats + 1):  # the first round warms up
+            t, removed["ours"] = timed(rewrite.eliminate_clones, copy.deepcopy(graph))
+            ours_runs.append(t)
+            if theirs is not None:
+                t, removed["vllm"] = timed(theirs, copy.deepcopy(graph))
+                theirs_runs.append(t)
+        row: dict[str, Any] = {
+            "model": name,
+            "graph": kind,
+            "nodes": len(graph.nodes),
+            "clones": clones(graph),
+            "ours_ms": statistics.median(ours_runs[1:]) * 1e3,
+            "removed_ours": removed["ours"],
+        }
+        if theirs is not None:
+            row["vllm_ms"] = statistics.median(theirs_runs[1:]) * 1e3
+            row["removed_vllm"] = removed["vllm"]
+            row["ratio"] = row["ours_ms"] / row["vllm_ms"]
+        rows.append(row)
+    return rows
+
+
 def time_analyze(target: torch.fx.GraphModule | torch.fx.Graph, repeats: int) -> dict[str, Any]:
     """Median (and minimum) CPU time of ``aliasing.analyze(target)`` over ``repeats`` runs, and per node."""
     return _row(target, [_time_once(target) for _ in range(repeats)])
@@ -243,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interleave", action="store_true", help="one analysis of every graph per round")
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated names")
     p.add_argument("--no-post-grad", action="store_true", help="skip the torch.compile captures (slow)")
+    p.add_argument("--vs-vllm", action="store_true", help="also time eliminate_clones beside vLLM's pass")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
     graphs: list[tuple[str, str, torch.fx.GraphModule | torch.fx.Graph]] = []
@@ -280,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
         f"median: {median:.1f} us per node (target <= {TARGET_US_PER_NODE:.0f}): {'MET' if met else 'NOT MET'}; "
         f"worst: {worst:.1f}; median of the minimums: {median_of_min:.1f}"
     )
+    if args.vs_vllm:
+        summary_vs = _print_comparison(compare_passes(graphs, args.repeats))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     summary = {
         "median_us_per_node": median,
@@ -289,8 +352,31 @@ def main(argv: list[str] | None = None) -> int:
         "repeats": args.repeats,
         "interleaved": args.interleave,
     }
+    if args.vs_vllm:
+        summary["vs_vllm"] = summary_vs
     args.out.write_text(json.dumps({"target_us_per_node": TARGET_US_PER_NODE, **summary, "graphs": rows}, indent=2) + "\n")
     return 0
+
+
+def _print_comparison(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Print the side-by-side table; the rows with the worst and median ratio (None without vllm)."""
+    print()
+    print("| model | graph | nodes | clones | eliminate_clones (ms) | vLLM's pass (ms) | ratio | removed (ours / vLLM) |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        theirs = f"{r['vllm_ms']:.3f}" if "vllm_ms" in r else "-"
+        ratio = f"{r['ratio']:.2f}" if "ratio" in r else "-"
+        vllm_removed = "crashed" if r.get("removed_vllm", 0) is None else r.get("removed_vllm", "-")
+        print(
+            f"| {r['model']} | {r['graph']} | {r['nodes']} | {r['clones']} | {r['ours_ms']:.3f} | {theirs} | {ratio} "
+            f"| {r['removed_ours']} / {vllm_removed} |"
+        )
+    ratios = [r["ratio"] for r in rows if "ratio" in r]
+    worst = max(ratios) if ratios else None
+    median = statistics.median(ratios) if ratios else None
+    if ratios:
+        print(f"ratio median {median:.2f}, worst {worst:.2f} (target <= 1.0 on every graph: {'MET' if worst <= 1.0 else 'NOT MET'})")
+    return {"median_ratio": median, "worst_ratio": worst, "rows": rows}
 
 
 if __name__ == "__main__":

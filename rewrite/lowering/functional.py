@@ -51,6 +51,21 @@ def _kind(node: torch.fx.Node) -> Kind | None:
     return _KINDS.get(str(name()))
 
 
+def _wrappers(graph: torch.fx.Graph) -> list[tuple[torch.fx.Node, Kind]]:
+    """The wrapper nodes of ``graph`` in graph order, with their kinds.
+
+    Read from FX's index of nodes by target (no pass over the graph): a wrapper's target is the
+    higher-order operator registered under its name (``torch.ops.higher_order``), and one that
+    is not registered in this process is in no graph.
+    """
+    found: list[torch.fx.Node] = []
+    for name in _KINDS:
+        hop = getattr(torch.ops.higher_order, name, None)
+        if hop is not None:
+            found += graph.find_nodes(op="call_function", target=hop, sort=False)
+    return [(n, k) for n in sorted(found) if (k := _kind(n)) is not None]
+
+
 def lower_functional_ops(graph: torch.fx.Graph, *, scatters: bool = True) -> LoweringReport:
     """Rewrite functional wrappers into explicit clones plus in-place calls (mutates ``graph``).
 
@@ -96,7 +111,7 @@ def lower_functional_ops(graph: torch.fx.Graph, *, scatters: bool = True) -> Low
     """
     lowered: list[Lowered] = []
     skipped: list[Skipped] = []
-    wrappers = [(n, k) for n in graph.nodes if (k := _kind(n)) is not None]
+    wrappers = _wrappers(graph)
     if not wrappers:
         return LoweringReport()
     mode = fake_mode(graph)

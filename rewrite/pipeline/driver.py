@@ -73,6 +73,7 @@ class Round:
     report: CloneEliminationReport
     replaced: dict[str, str]
     again: bool  #: a kept copy met the imprecision: analyse again
+    analysed: bool = True  #: False when the round had no copy to decide (no analysis built)
 
 
 def run(target: Target, options: Options) -> tuple[PipelineReport, dict[str, str]]:
@@ -101,11 +102,13 @@ def run(target: Target, options: Options) -> tuple[PipelineReport, dict[str, str
     rounds: list[CloneEliminationReport] = []
     replaced: dict[str, str] = {}
     error: str | None = None
+    analyses = 0
     try:
         if options.lower_functional:
             lowering = lower_functional_ops(target.graph)
         for _ in range(max(1, options.max_rounds)):
             done = _round(target, options)
+            analyses += done.analysed
             rounds.append(done.report)
             replaced.update(done.replaced)
             if done.report.error or not done.replaced or not done.again:
@@ -116,14 +119,18 @@ def run(target: Target, options: Options) -> tuple[PipelineReport, dict[str, str
         error = f"{type(e).__name__}: {e}"
         log.warning("fx-aliasing pipeline stopped: %s", error)
     error = error or next((r.error for r in rounds if r.error), None)
-    return PipelineReport(lowering, tuple(rounds), error, analyses=len(rounds)), replaced
+    return PipelineReport(lowering, tuple(rounds), error, analyses=analyses), replaced
 
 
 def _round(target: Target, options: Options) -> Round:
     """Analyse, plan against one state, apply, refresh stale metadata."""
     graph = target.graph
     kept = set(options.keep)
-    candidates = [n for n in copy_candidates(graph.nodes) if n not in kept]
+    candidates = [n for n in copy_candidates(graph) if n not in kept]
+    if not candidates:
+        # Nothing to decide: no analysis (its cost would be the whole pass's on a graph without
+        # copies, the common case of a post-grad graph), and the graph is left as it is.
+        return Round(CloneEliminationReport(()), {}, False, analysed=False)
     opaque: tuple[str, ...] = ()
     try:
         analysis = analyze(target)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import torch
 import torch.fx
 
@@ -17,8 +15,8 @@ _MEMORY_FORMAT = frozenset({"memory_format"})
 _CLONE = torch.ops.aten.clone.default
 _TO_COPY = torch.ops.aten._to_copy.default
 _COPY_ = torch.ops.aten.copy_.default
-#: Targets of ``call_function`` candidates, by identity (an ``OpOverload``'s ``__hash__`` is a Python call).
-_CANDIDATE_TARGETS = frozenset(id(t) for t in (_CLONE, _TO_COPY, _COPY_, *_TORCH_CLONES))
+#: Targets of ``call_function`` candidates.
+_CANDIDATE_CALLS = (_CLONE, _TO_COPY, _COPY_, *_TORCH_CLONES)
 
 
 def is_clone_candidate(node: torch.fx.Node) -> bool:
@@ -78,22 +76,21 @@ def is_copy_candidate(node: torch.fx.Node) -> bool:
     )
 
 
-def copy_candidates(nodes: Iterable[torch.fx.Node]) -> list[torch.fx.Node]:
-    """The clone and ``copy_`` candidates among ``nodes``, in their order.
+def copy_candidates(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """The clone and ``copy_`` candidates of ``graph``, in graph order.
 
-    Most nodes are left at their target, so this scan costs little more than the loop.
+    Read from FX's index of nodes by op and target (no pass over the graph: a graph
+    without copies costs nothing here).
 
     Examples
     --------
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
     >>> gm = make_fx(lambda x, y: x.copy_(y.clone()) + 1, tracing_mode="fake")(torch.randn(2), torch.randn(2))
-    >>> [n.name for n in copy_candidates(gm.graph.nodes)]
+    >>> [n.name for n in copy_candidates(gm.graph)]
     ['clone', 'copy_']
     """
-    targets = _CANDIDATE_TARGETS
-    return [
-        n
-        for n in nodes
-        if (id(n.target) in targets or n.op == "call_method") and (is_clone_candidate(n) or is_copy_candidate(n))
-    ]
+    found: list[torch.fx.Node] = list(graph.find_nodes(op="call_method", target="clone", sort=False))
+    for target in _CANDIDATE_CALLS:
+        found += graph.find_nodes(op="call_function", target=target, sort=False)
+    return [n for n in sorted(found) if is_clone_candidate(n) or is_copy_candidate(n)]

@@ -530,11 +530,72 @@ def simulate(
         if layout is None or facts is None:
             missing = True
             return None
-        return _meta(layout, facts.device)
+        return _Described(layout, facts.device)
 
-    args, kwargs = torch.fx.map_arg((node.args, node.kwargs), tensor)  # substitute: keyed by the arguments themselves
+    # substitute: keyed by the arguments themselves
+    described = torch.fx.map_arg((node.args, node.kwargs), tensor)
     if missing:
         return None
+    key = _simulation_key(op, described)
+    if key is not None:
+        hit = _SIMULATED.get(key, _MISSING)
+        if hit is not _MISSING:
+            return hit  # type: ignore[no-any-return]
+    args, kwargs = torch.fx.node.map_aggregate(
+        described, lambda a: _meta(a.layout, a.device) if isinstance(a, _Described) else a
+    )
+    answer = _run_on_meta(op, args, kwargs)
+    if key is not None:
+        if len(_SIMULATED) >= _SIMULATED_MAX:
+            _SIMULATED.clear()
+        _SIMULATED[key] = answer
+    return answer
+
+
+class _Described:
+    """An argument of a simulated call: the layout and device of the meta tensor it stands for."""
+
+    __slots__ = ("device", "layout")
+
+    def __init__(self, layout: Layout, device: torch.device) -> None:
+        self.layout, self.device = layout, device
+
+
+#: Layouts :func:`simulate` computed, per op and described arguments: a meta kernel's answer is a
+#: function of its arguments' layouts and values, and the same call recurs in every layer of a model.
+_SIMULATED: dict[tuple[Any, ...], Layout | None] = {}
+_SIMULATED_MAX = 4096
+_MISSING = object()
+
+
+def _simulation_key(op: torch._ops.OpOverload, described: Any) -> tuple[Any, ...] | None:
+    """A hashable description of a simulated call (None when an argument has no plain value)."""
+
+    def key(a: Any) -> Any:
+        if isinstance(a, _Described):
+            return ("T", a.layout, a.device)
+        if isinstance(a, (list, tuple)):
+            return (type(a).__name__, *(key(x) for x in a))
+        if isinstance(a, dict):
+            return ("dict", *((k, key(v)) for k, v in sorted(a.items())))
+        if a is None or type(a) in _PLAIN:
+            return (type(a), a)  # (1, 1.0 and True are equal keys)
+        raise _Unkeyed
+
+    try:
+        return (id(op), op, key(described))
+    except (_Unkeyed, TypeError):
+        return None
+
+
+_PLAIN = frozenset({int, float, bool, str, torch.dtype, torch.device, torch.memory_format, torch.layout})
+
+
+class _Unkeyed(Exception):
+    """An argument of a simulated call without a plain, hashable value (a symbolic size, ...)."""
+
+
+def _run_on_meta(op: torch._ops.OpOverload, args: Any, kwargs: Any) -> Layout | None:
     try:
         with torch.no_grad():
             result = op(*args, **kwargs)

@@ -328,6 +328,25 @@ def test_real_model_graphs_are_analysed() -> None:
     assert row["nodes"] > 100 and row["us_per_node"] > 0
 
 
+def test_models_comparison_times_both_passes_on_fresh_copies() -> None:
+    import importlib.util
+
+    from benchmarks import models
+    from benchmarks.synthetic import build_shared_weight_graph
+
+    shared, _ = build_shared_weight_graph(2)
+    graphs = [("resnet", "export", models.capture_export("resnet")), ("shared", "make_fx", shared)]
+    before = [len(g.graph.nodes) for _, _, g in graphs]
+    resnet, decoder = models.compare_passes(graphs, 1)
+    assert [len(g.graph.nodes) for _, _, g in graphs] == before  # the copies were rewritten, not the graphs
+    assert (resnet["clones"], resnet["removed_ours"]) == (0, 0) and resnet["ours_ms"] > 0
+    assert (decoder["clones"], decoder["removed_ours"]) == (8, 2)  # layer 1's clones of x and the residual
+    if importlib.util.find_spec("vllm") is not None:
+        assert decoder["removed_vllm"] == 2 and decoder["ratio"] > 0
+    else:
+        assert "vllm_ms" not in decoder
+
+
 # --------------------------------------------------------------------------- precision
 
 

@@ -175,3 +175,43 @@ def test_refreshing_from_the_replacements_finds_every_stale_node_a_full_scan_fin
         apply_plan(g.graph, planned)
         results.append(refresh_stale(g.graph, stale, roots if use_roots else None))
     assert results[0] == results[1] and results[0]
+
+
+def _no_copies(x: torch.Tensor) -> torch.Tensor:
+    y = x.t() * 2
+    y.add_(1)
+    return y.sum(0) + torch.roll(x, 1, 0).sum(1)
+
+
+def test_a_graph_without_copies_builds_no_analysis_and_stays_as_it_is() -> None:
+    gm = make_fx(_no_copies, tracing_mode="fake")(torch.randn(3, 3))
+    code = gm.code
+    with counting_analyses() as count:
+        report = eliminate_clones(gm)
+        pipeline = lower_and_eliminate(gm.graph)
+    assert count.count == 0 and pipeline.analyses == 0
+    assert report.decisions == () and pipeline.removed == () and pipeline.error is None
+    assert gm.code == code
+    assert not [n for n in gm.graph.nodes if n.target is torch.ops.aten.clone.default]
+
+
+def test_protected_copies_alone_build_no_analysis() -> None:
+    gm = make_fx(lambda x: (x * 2).clone() + 1, tracing_mode="fake")(torch.randn(4))
+    clone = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.clone.default)
+    with counting_analyses() as count:
+        report = lower_and_eliminate(gm.graph, keep=[clone])
+    assert count.count == report.analyses == 0 and report.removed == ()
+    with counting_analyses() as count:
+        report = lower_and_eliminate(gm.graph)
+    assert count.count == report.analyses == 1 and report.removed == ("clone",)
+
+
+def test_a_malformed_graph_without_copies_still_raises() -> None:
+    from aliasing.errors import InvalidTargetError
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    y = g.call_function(torch.ops.aten.relu.default, (x,))
+    y.prepend(x.__class__(g, "early", "call_function", torch.ops.aten.neg.default, (y,), {}))
+    with pytest.raises(InvalidTargetError, match="early"):
+        eliminate_clones(g)
