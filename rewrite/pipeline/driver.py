@@ -9,7 +9,8 @@ A run, on a graph it may mutate:
 
 1. lower (optional): ``auto_functionalized``/``_v2``/Triton wrappers/scatters
    become clones plus in-place calls (:mod:`rewrite.lowering`);
-2. analyse once and build the one :class:`~rewrite.planning.state.PlanningState`;
+2. analyse once and build the one :class:`~rewrite.planning.state.PlanningState`
+   (unless the graph has no copy to decide: then the run ends here, with no analysis);
 3. plan: the planner decides every clone and ``copy_`` of the graph against the
    state, recording each decision in it (C7), to its fixed point;
 4. apply the plan (:func:`rewrite.editing.apply.apply_plan`: all or nothing);

@@ -31,7 +31,8 @@ class PipelineReport:
     eliminations: tuple[CloneEliminationReport, ...] = ()
     error: str | None = None
     #: analyses built by the run (one per planner round; a round after the first only follows
-    #: when a kept copy depends on a storage a layout-changing removal left without regions)
+    #: when a kept copy depends on a storage a layout-changing removal left without regions;
+    #: none when the graph has no copy to decide)
     analyses: int = 0
 
     def elimination(self) -> CloneEliminationReport:

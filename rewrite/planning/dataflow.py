@@ -537,10 +537,8 @@ def simulate(
     if missing:
         return None
     key = _simulation_key(op, described)
-    if key is not None:
-        hit = _SIMULATED.get(key, _MISSING)
-        if hit is not _MISSING:
-            return hit  # type: ignore[no-any-return]
+    if key is not None and key in _SIMULATED:
+        return _SIMULATED[key]
     args, kwargs = torch.fx.node.map_aggregate(
         described, lambda a: _meta(a.layout, a.device) if isinstance(a, _Described) else a
     )
@@ -562,10 +560,10 @@ class _Described:
 
 
 #: Layouts :func:`simulate` computed, per op and described arguments: a meta kernel's answer is a
-#: function of its arguments' layouts and values, and the same call recurs in every layer of a model.
+#: function of its arguments' layouts and values (and of the default dtype, which a Python scalar
+#: promotes to), and the same call recurs in every layer of a model.
 _SIMULATED: dict[tuple[Any, ...], Layout | None] = {}
 _SIMULATED_MAX = 4096
-_MISSING = object()
 
 
 def _simulation_key(op: torch._ops.OpOverload, described: Any) -> tuple[Any, ...] | None:
@@ -583,7 +581,8 @@ def _simulation_key(op: torch._ops.OpOverload, described: Any) -> tuple[Any, ...
         raise _Unkeyed
 
     try:
-        return (id(op), op, key(described))
+        # (the default dtype too: a Python scalar promotes to it)
+        return (id(op), op, torch.get_default_dtype(), key(described))
     except (_Unkeyed, TypeError):
         return None
 

@@ -53,3 +53,16 @@ def test_a_symbolic_argument_is_never_remembered() -> None:
     s = ShapeEnv().create_unbacked_symint()
     t = dataflow._Described(((2,), (1,), 0, torch.float32), torch.device("cpu"))
     assert dataflow._simulation_key(torch.ops.aten.view.default, ((t, [s]), {})) is None
+
+
+def test_the_default_dtype_is_part_of_the_call() -> None:
+    gm = make_fx(lambda x: x + 1.5, tracing_mode="fake")(torch.arange(6).reshape(2, 3))
+    a = analyze(gm)
+    (add,) = _calls(gm)
+    assert dataflow.simulate(a, add, {})[3] == torch.float32  # type: ignore[index]
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert dataflow.simulate(a, add, {})[3] == torch.float64  # type: ignore[index]
+    finally:
+        torch.set_default_dtype(previous)
