@@ -62,7 +62,7 @@ def _child(tree: str, shape: str, nodes: int, measure: str) -> None:
     """In the child (under callgrind): build the graph, warm up, turn instrumentation on, run the measure once."""
     import aliasing
     import rewrite
-    from benchmarks.scaling import vllm_pass_runner
+    from benchmarks.scaling import _vllm_pass
     from rewrite.testing import copy_program
 
     if not aliasing.__file__ or not Path(aliasing.__file__).resolve().is_relative_to(Path(tree).resolve()):
@@ -74,7 +74,7 @@ def _child(tree: str, shape: str, nodes: int, measure: str) -> None:
     elif measure == "eliminate":
         run, targets = rewrite.eliminate_clones, [copy_program(gm).graph for gm in graphs]
     else:
-        run, targets = vllm_pass_runner(), [copy_program(gm).graph for gm in graphs]
+        run, targets = _vllm_pass(), [copy_program(gm).graph for gm in graphs]
         if run is None:
             raise SystemExit("vllm is not installed here")
     for gm in graphs:

@@ -221,9 +221,9 @@ def compare_passes(
     The copies are made before each clock starts; a pass that raises is recorded as crashed.
     """
     import rewrite
-    from benchmarks.scaling import vllm_pass_runner
+    from benchmarks.scaling import _vllm_pass
 
-    theirs = vllm_pass_runner() if with_vllm else None
+    theirs = _vllm_pass() if with_vllm else None
 
     def clones(g: torch.fx.Graph) -> int:
         return len(g.find_nodes(op="call_function", target=torch.ops.aten.clone.default))

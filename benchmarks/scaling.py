@@ -90,7 +90,6 @@ __all__ = [
     "main",
     "parse_size",
     "time_size",
-    "vllm_pass_runner",
 ]
 
 #: Max ratio to the bare traversal (and, for ``analyze``, to the ``meta['val']`` loop) at the
@@ -269,7 +268,7 @@ def time_size(
         "hostile_no_meta": [],
         "hostile_unknown": [],
     }
-    vllm_pass = vllm_pass_runner() if with_vllm else None
+    vllm_pass = _vllm_pass() if with_vllm else None
     if vllm_pass is not None:
         runs["vllm"], runs["vllm_recompile"] = [], []
     no_meta, unknown = hostile_no_meta(gm.graph), hostile_unknown(gm.graph)
@@ -369,7 +368,7 @@ def summarise(sizes: Sequence[dict[str, Any]], clock: str = "cpu", shape: str = 
     return out
 
 
-def vllm_pass_runner() -> Callable[[torch.fx.Graph], object] | None:
+def _vllm_pass() -> Callable[[torch.fx.Graph], object] | None:
     """vLLM's ``UnsafeCloneEliminationPass`` as a function of a Graph, under vLLM's pass context; None without vllm."""
     try:
         from vllm.compilation.passes.inductor_pass import get_pass_context, pass_context
