@@ -83,9 +83,10 @@ def run(target: Target, options: Options) -> tuple[PipelineReport, dict[str, str
     ``target`` is the resolved program (:func:`aliasing.core.target.resolve_target`:
     the graph, its module and its inputs' roles, donated ones included).
 
-    Never raises unless ``options.strict``: a failure keeps every copy of the
-    failing round (the graph is as that round found it) and is reported in
-    :attr:`PipelineReport.error`.
+    Never raises unless ``options.strict``: a failure before the plan is applied
+    keeps every copy of the failing round (the graph is as that round found it),
+    one after it (refreshing metadata) leaves the round's removals standing; both
+    are reported in :attr:`PipelineReport.error`.
 
     Example
     -------
@@ -139,6 +140,9 @@ def _round(target: Target, options: Options) -> Round:
         state = PlanningState(analysis, erase_dead=options.erase_dead, refine=options.refinements, protected=kept)
         planned = plan(state, candidates)
         stale, roots = _stale_storages(planned)
+        # Asked of the analysis about the plan's nodes, so before the graph changes: the refresh
+        # below recreates nodes the analysis has never seen.
+        again = _imprecise_for_a_keep(state, planned)
         replaced = apply_plan(graph, planned)  # all or nothing
     except Exception as e:
         if options.strict:
@@ -146,11 +150,21 @@ def _round(target: Target, options: Options) -> Round:
         log.warning("copy planning failed, keeping every copy: %s: %s", type(e).__name__, e)
         clones = [n for n in candidates if is_clone_candidate(n)]
         return Round(CloneEliminationReport.internal_error(clones, f"{type(e).__name__}: {e}", opaque), {}, False)
-    # a recreated node keeps its name; where it could not, its new name is a replacement too
-    replaced.update((old, new) for old, new in _refresh(graph, stale, roots).items() if old != new)
+    # The graph has changed: from here on nothing may lose the plan (its report, and the names
+    # that tell the entry points to regenerate code and rename an ExportedProgram's outputs).
+    error: str | None = None
+    try:
+        # a recreated node keeps its name; where it could not, its new name is a replacement too
+        replaced.update((old, new) for old, new in _refresh(graph, stale, roots).items() if old != new)
+    except Exception as e:
+        if options.strict:
+            raise
+        error = f"refreshing the metadata of the removed clones' values failed: {type(e).__name__}: {e}"
+        log.warning("fx-aliasing: %s (the removals stand; later passes may read stale metadata)", error)
+        again = False
     for d in planned:
         log.debug("%s %s (%s): %s %s", d.action, d.node, d.original, d.reason, ", ".join(d.evidence))
-    return Round(CloneEliminationReport(tuple(planned), opaque=opaque), replaced, _imprecise_for_a_keep(state, planned))
+    return Round(CloneEliminationReport(tuple(planned), error, opaque=opaque), replaced, again)
 
 
 def _imprecise_for_a_keep(state: PlanningState, planned: Plan) -> bool:
