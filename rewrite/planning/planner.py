@@ -836,6 +836,7 @@ def _decide_erase(
 ) -> tuple[Decision, tuple[torch.fx.Node, ...]] | None:
     """C10: erase a clone nothing reads together with every node that uses it (None: it cannot go)."""
     a = state.analysis
+    state.erase_depends.pop(clone, None)  # (what this try depends on is recorded below, if it gets that far)
     sc = a.single_storage(clone)
     if sc is None or a.facts_of(clone) is None:
         return None
@@ -865,6 +866,9 @@ def _decide_erase(
         for sid in a.storage_of(n)
         if sid != UNKNOWN_STORAGE and a.storage_role(sid) is Role.INTERMEDIATE and a.storage_info(sid).origin in names
     }
+    # What fails from here on may pass once other groups are erased (a member that writes outside
+    # memory, another node touching the group's memory): the clone is decided again then (C7).
+    state.erase_depends[clone] = (frozenset(group), frozenset(state.find(sid) for sid in internal))
     writers: list[torch.fx.Node] = []
     for n in group:
         effect = a.effect_of(n)
@@ -1001,10 +1005,11 @@ def plan(state: PlanningState, candidates: Iterable[torch.fx.Node] | None = None
     pending = order
     while pending:
         touched: list[str] = []
+        gone = len(state.gone)
         for node in pending:
             decision, erased = decide(state, node)
             touched.extend(state.record(node, decision, erased))
-        pending = _kept_depending_on(state, order, touched)
+        pending = _kept_depending_on(state, order, touched, gone < len(state.gone))
     return state.plan(order)
 
 
@@ -1017,15 +1022,32 @@ def decide(state: PlanningState, node: torch.fx.Node) -> tuple[Decision, tuple[t
     return _decide_copy(state, node), ()
 
 
-def _kept_depending_on(state: PlanningState, order: Sequence[torch.fx.Node], touched: list[str]) -> list[torch.fx.Node]:
+def _kept_depending_on(
+    state: PlanningState, order: Sequence[torch.fx.Node], touched: list[str], erased: bool = False
+) -> list[torch.fx.Node]:
     """C7: the kept candidates whose storage classes the last pass changed (decided in any pass:
     a copy kept earlier may depend on what this pass changed); a removal only changes the
-    accesses of the classes it merges into or leaves."""
+    accesses of the classes it merges into or leaves. With ``erased`` (the last pass erased a
+    dead clone's group, C10), also the kept clones whose own C10 group, as last tried, had a
+    member now erased or memory whose class the erasure changed."""
     dirty = {state.find(s) for s in touched}
-    if not dirty:
+    if not dirty and not erased:
         return []
+    depends = state.erase_depends
     return [
         c
         for c in order
-        if c not in state.erased and state.decided[c].action == "keep" and state.classes_of(c) & dirty
+        if c not in state.erased
+        and state.decided[c].action == "keep"
+        and (
+            state.classes_of(c) & dirty
+            or (erased and c in depends and _erase_changed(state, depends[c], dirty))
+        )
     ]
+
+
+def _erase_changed(state: PlanningState, depends: tuple[frozenset[torch.fx.Node], frozenset[str]], dirty: set[str]) -> bool:
+    """Whether a C10 group, as last tried (its members, its memory's classes), lost a member or
+    saw its memory's accesses change since."""
+    members, roots = depends
+    return bool(members & state.gone) or any(state.find(r) in dirty for r in roots)

@@ -175,6 +175,9 @@ class PlanningState:
     to_output: frozenset[torch.fx.Node] = frozenset()
     #: the decision recorded for each candidate
     decided: dict[torch.fx.Node, Decision] = field(default_factory=dict)
+    #: a clone whose C10 group was walked but not erased -> (the group as walked, its memory's
+    #: class roots): the planner decides it again once another erasure changes either (C7)
+    erase_depends: dict[torch.fx.Node, tuple[frozenset[torch.fx.Node], frozenset[str]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = self.unchecked - CONDITIONS

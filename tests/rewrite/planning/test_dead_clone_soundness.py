@@ -397,3 +397,35 @@ def test_the_fuzzers_pattern_draws_finding_3s_shape(mode: str, data: st.DataObje
     assert Reason.INTERNAL_ERROR not in {d.reason for d in decisions.values()}
     check_equivalent(gm, rewritten, program.make_inputs, donated_inputs=program.donated_inputs)
     assert eliminate_clones(rewritten, strict=True, donated_inputs=program.donated_inputs).removed == ()
+
+
+def _blocked_by_a_later_erasure(x0: torch.Tensor, x1: torch.Tensor) -> tuple[torch.Tensor]:
+    v0 = x0.unsqueeze(0)
+    v1 = x0.clone()
+    v2 = v1.clone()
+    x0.add_(1.0)
+    v3 = v2[:, 0]
+    v4 = v1[:, 0]
+    torch.nn.functional.batch_norm(v0, v3, v4, None, None, training=True, momentum=0.1)  # writes v3, v4
+    v6 = x1.clone()
+    v6.index_put_((torch.arange(0, 1, 1),), v3)  # reads v3; dead: erased with v6 (C10)
+    return (x1,)
+
+
+def test_a_group_blocked_by_a_member_a_later_erasure_takes_is_decided_again() -> None:
+    """The fuzzer's program (soak, 14 statements): v1's C10 group first reaches the index_put_, which
+    writes v6's memory, so v1 is kept; v6's group then erases the index_put_. v1 is decided again
+    (C7) and goes with its group in the same run: a second run used to remove it."""
+    gm = make_fx(_blocked_by_a_later_erasure, tracing_mode="fake")(torch.randn(1, 2), torch.randn(1, 1))
+    rewritten = copy_program(gm)
+    assert isinstance(rewritten, torch.fx.GraphModule)
+    report = eliminate_clones(rewritten, strict=True)
+    assert {d.node: str(d.reason) for d in report.decisions} == {
+        "clone": str(Reason.DEAD_CLONE_ERASED),
+        "clone_1": str(Reason.ERASED_WITH_DEAD_CLONE),
+        "clone_2": str(Reason.DEAD_CLONE_ERASED),
+    }
+    check_equivalent(gm, rewritten, lambda: [torch.randn(1, 2), torch.randn(1, 1)])
+    again = copy_program(rewritten)
+    assert isinstance(again, torch.fx.GraphModule)
+    assert eliminate_clones(again, strict=True).decisions == ()
