@@ -1027,9 +1027,9 @@ def _kept_depending_on(
 ) -> list[torch.fx.Node]:
     """C7: the kept candidates whose storage classes the last pass changed (decided in any pass:
     a copy kept earlier may depend on what this pass changed); a removal only changes the
-    accesses of the classes it merges into or leaves. With ``erased`` (the last pass erased a
-    dead clone's group, C10), also the kept clones whose own C10 group, as last tried, had a
-    member now erased or memory whose class the erasure changed."""
+    accesses of the classes it merges into or leaves. Also the kept clones whose own C10 group,
+    as last tried, had a member since erased (``erased``: the last pass erased a dead clone's
+    group) or memory whose class the last pass changed."""
     dirty = {state.find(s) for s in touched}
     if not dirty and not erased:
         return []
@@ -1041,7 +1041,7 @@ def _kept_depending_on(
         and state.decided[c].action == "keep"
         and (
             state.classes_of(c) & dirty
-            or (erased and c in depends and _erase_changed(state, depends[c], dirty))
+            or (c in depends and _erase_changed(state, depends[c], dirty))
         )
     ]
 
