@@ -19,7 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from aliasing.core.regions import Region, SizeLike
 
-__all__ = ["FactsCache", "PlainLayout", "TensorFacts", "facts_of_value", "has_meta", "is_tensor_meta", "known_equal", "meta_value", "plain_ints", "same_layout", "same_region", "tensor_facts"]
+__all__ = ["FactsCache", "PlainLayout", "TensorFacts", "facts_of_value", "has_meta", "is_tensor_meta", "known_equal", "meta_value", "plain_ints", "same_layout", "same_region", "storage_identity", "tensor_facts"]
 
 
 #: A layout in plain ints: sizes, strides, storage offset (elements), dtype.
@@ -199,6 +199,30 @@ def facts_of_value(value: object) -> TensorFacts | None:
         return TensorFacts(value, key, True)
     except Exception:  # a tensor subclass without sizes or dtype: unknown layout
         return None
+
+
+def storage_identity(value: object) -> int | None:
+    """Identity of a strided tensor's storage (``untyped_storage()._cdata``); None for anything else.
+
+    Examples
+    --------
+    >>> import torch
+    >>> x = torch.randn(4)
+    >>> storage_identity(x[1:]) == storage_identity(x), storage_identity(x.to_sparse()), storage_identity(3)
+    (True, None, None)
+    """
+    if type(value) is _FAKE_TENSOR and _STORAGE_ID is not None and value.__dict__.get("dispatch_keys", True) is None:
+        try:
+            return int(_STORAGE_ID(value))  # (facts_of_value's common case: one C call)
+        except Exception:
+            pass
+    if isinstance(value, torch.Tensor):
+        try:
+            if value.layout is torch.strided:
+                return int(value.untyped_storage()._cdata)
+        except Exception:  # opaque subclasses without a storage
+            return None
+    return None
 
 
 _UNREAD: Any = object()  # FactsCache's marker of a node not read yet

@@ -21,7 +21,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from aliasing.core.facts import has_meta, known_equal, meta_value
+from aliasing.core.facts import has_meta, known_equal, meta_value, storage_identity
 from aliasing.core.regions import static_int
 from rewrite.errors import LoweringSkip
 
@@ -65,13 +65,9 @@ def val(node: torch.fx.Node) -> Any:
 
 
 def storage_key(v: Any) -> int | None:
-    """Identity of a strided fake tensor's storage (None for anything else)."""
-    if isinstance(v, torch.Tensor) and v.layout == torch.strided:
-        try:
-            return int(v.untyped_storage()._cdata)
-        except Exception:
-            return None
-    return None
+    """Identity of a strided fake tensor's storage (None for anything else):
+    :func:`aliasing.core.facts.storage_identity`."""
+    return storage_identity(v)
 
 
 class Builder:

@@ -329,14 +329,10 @@ class Liveness:
         self.dead: set[torch.fx.Node] = set()
         self.relevant: set[torch.fx.Node] = set()  # dead nodes whose values may reach a raise
         self._effectful: dict[object, bool] = {}  # is_side_effectful per OpOverload target
-        dead = self.dead
+        all_dead = self.dead.issuperset  # (one C call per node for its users)
         for node in reversed(analysis.nodes):  # users before the nodes they use
-            for u in node.users:  # (a loop, not all(...): this runs on every node)
-                if u not in dead:
-                    break
-            else:
-                if _pure(analysis, node, self._effectful):
-                    self._mark(node, node.users)
+            if all_dead(node.users) and _pure(analysis, node, self._effectful):
+                self._mark(node, node.users)
 
     def _mark(self, node: torch.fx.Node, users: Iterable[torch.fx.Node]) -> None:
         self.dead.add(node)
