@@ -134,7 +134,7 @@ _DESCRIPTION = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Decision:
     """What the planner decided for one clone candidate.
 
@@ -150,6 +150,22 @@ class Decision:
     evidence: tuple[str, ...] = ()
     original: str = ""
     erased: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        node: str,
+        action: Literal["remove", "keep"],
+        reason: Reason,
+        evidence: tuple[str, ...] = (),
+        original: str = "",
+        erased: tuple[str, ...] = (),
+    ) -> None:
+        # One or two per candidate: fill the fields directly (a frozen dataclass's generated
+        # __init__ pays a call per field).
+        d = self.__dict__
+        d["node"], d["action"], d["reason"], d["evidence"], d["original"], d["erased"] = (
+            node, action, reason, evidence, original, erased
+        )
 
 
 @dataclass(frozen=True)
