@@ -100,10 +100,12 @@ def eliminate_clones(
     >>> report.removed, report.kept
     (('clone_1',), ('clone',))
     """
-    # Caller mistakes raise here, before anything is analysed or changed.
-    resolved = resolve_target(target, check_donated_inputs(donated_inputs))
-    refine = check_refinements(refinements)
+    # The collector is paused for the whole pass, the graph's validation included: a collection
+    # of the caller's young objects (a graph copy just made) would otherwise land in it.
     with paused_gc():
+        # Caller mistakes raise here, before anything is analysed or changed.
+        resolved = resolve_target(target, check_donated_inputs(donated_inputs))
+        refine = check_refinements(refinements)
         return _eliminate(target, resolved, strict, erase_dead, refine)
 
 
