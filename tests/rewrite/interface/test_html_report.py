@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -30,7 +31,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -230,7 +231,9 @@ class _Page:
 @contextmanager
 def _chromium(timeout: float = 60.0) -> Iterator[_Page]:
     assert CHROMIUM is not None
-    with tempfile.TemporaryDirectory(prefix="fx-aliasing-chromium-") as profile:
+    # Chromium's helper processes may still write the profile for a moment after it exits: a
+    # leftover file must not fail the test (two suites running it side by side showed it).
+    with tempfile.TemporaryDirectory(prefix="fx-aliasing-chromium-", ignore_cleanup_errors=True) as profile:
         process = subprocess.Popen(
             [
                 CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -240,6 +243,7 @@ def _chromium(timeout: float = 60.0) -> Iterator[_Page]:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: the helpers it starts are ended with it
         )
         try:
             port_file = Path(profile) / "DevToolsActivePort"
@@ -258,12 +262,18 @@ def _chromium(timeout: float = 60.0) -> Iterator[_Page]:
             finally:
                 ws.sock.close()
         finally:
-            process.terminate()
+            _signal_group(process, signal.SIGTERM)
             try:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                process.kill()
+                _signal_group(process, signal.SIGKILL)
                 process.wait(timeout=20)
+
+
+def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    """Send ``sig`` to Chromium and every helper process of its group (gone already: nothing to do)."""
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, sig)
 
 
 def _colour_pixels(png: bytes, rgb: tuple[int, int, int], tolerance: int = 12) -> int:
