@@ -202,7 +202,8 @@ def facts_of_value(value: object) -> TensorFacts | None:
 
 
 def storage_identity(value: object) -> int | None:
-    """Identity of a strided tensor's storage (``untyped_storage()._cdata``); None for anything else.
+    """Identity of a strided tensor's storage (``untyped_storage()._cdata``); None for anything else
+    (the storage key of :func:`facts_of_value`'s facts, without the facts).
 
     Examples
     --------
@@ -211,18 +212,8 @@ def storage_identity(value: object) -> int | None:
     >>> storage_identity(x[1:]) == storage_identity(x), storage_identity(x.to_sparse()), storage_identity(3)
     (True, None, None)
     """
-    if type(value) is _FAKE_TENSOR and _STORAGE_ID is not None and value.__dict__.get("dispatch_keys", True) is None:
-        try:
-            return int(_STORAGE_ID(value))  # (facts_of_value's common case: one C call)
-        except Exception:
-            pass
-    if isinstance(value, torch.Tensor):
-        try:
-            if value.layout is torch.strided:
-                return int(value.untyped_storage()._cdata)
-        except Exception:  # opaque subclasses without a storage
-            return None
-    return None
+    facts = facts_of_value(value)
+    return facts.storage_key if facts is not None and facts.strided else None
 
 
 _UNREAD: Any = object()  # FactsCache's marker of a node not read yet

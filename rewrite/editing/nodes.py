@@ -40,7 +40,6 @@ __all__ = [
     "recompile",
     "replay",
     "static_int",
-    "storage_key",
     "take_name",
     "undo",
     "val",
@@ -62,12 +61,6 @@ LoweredCall = tuple[list[torch.fx.Node], torch.fx.Node, dict[object, torch.fx.No
 def val(node: torch.fx.Node) -> Any:
     """The node's fake value (``meta['val']``), read through :mod:`aliasing.core.facts`."""
     return meta_value(node)
-
-
-def storage_key(v: Any) -> int | None:
-    """Identity of a strided fake tensor's storage (None for anything else):
-    :func:`aliasing.core.facts.storage_identity`."""
-    return storage_identity(v)
 
 
 class Builder:
@@ -230,7 +223,7 @@ def _storage_root(x: torch.fx.Node) -> torch.fx.Node:
     (an ``as_strided`` of a slice of an unrealized intermediate loses the slice's
     offset, a wrong-result bug this package must not trigger).
     """
-    key = storage_key(val(x))
+    key = storage_identity(val(x))
     node = x
     while True:
         parent: torch.fx.Node | None = None
@@ -240,7 +233,7 @@ def _storage_root(x: torch.fx.Node) -> torch.fx.Node:
                 parent = src.args[0]
         elif _is_view_of_first_arg(node) and isinstance(node.args[0], torch.fx.Node):
             parent = node.args[0]
-        if parent is None or key is None or storage_key(val(parent)) != key:
+        if parent is None or key is None or storage_identity(val(parent)) != key:
             return node
         node = parent
 
@@ -286,7 +279,7 @@ def _copy_root_and_replay(b: Builder, x: torch.fx.Node) -> Copy | None:
         return None
     root, chain = found
     rv, xv = val(root), val(x)
-    if not isinstance(rv, torch.Tensor) or storage_key(rv) != storage_key(xv) or not known_equal(rv.storage_offset(), 0):
+    if not isinstance(rv, torch.Tensor) or storage_identity(rv) != storage_identity(xv) or not known_equal(rv.storage_offset(), 0):
         return None
     with b.mode:
         cv = torch.ops.aten.clone.default(rv)

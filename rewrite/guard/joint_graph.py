@@ -11,8 +11,8 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from aliasing.core.facts import known_equal, meta_value
-from rewrite.editing.nodes import Builder, recompile, static_int, storage_key, view_chain
+from aliasing.core.facts import known_equal, meta_value, storage_identity
+from rewrite.editing.nodes import Builder, recompile, static_int, view_chain
 from rewrite.guard.common import (
     _builder,
     _flat_args,
@@ -63,9 +63,9 @@ def _layout_args(b: Builder, v: torch.fx.Node, t: torch.Tensor) -> tuple[list[An
 
 def plan_offset_clones(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     """H7: clones ``remove_noop_ops`` would drop although their storage offset differs and an opaque op reads them."""
-    inputs = {storage_key(meta_value(n)) for n in graph.nodes if n.op == "placeholder"}
+    inputs = {storage_identity(meta_value(n)) for n in graph.nodes if n.op == "placeholder"}
     out_node = next((n for n in graph.nodes if n.op == "output"), None)
-    outputs = {storage_key(meta_value(x)) for x in (out_node.all_input_nodes if out_node is not None else [])}
+    outputs = {storage_identity(meta_value(x)) for x in (out_node.all_input_nodes if out_node is not None else [])}
     found: list[torch.fx.Node] = []
     for c in graph.nodes:
         if c.op != "call_function" or c.target is not aten.clone.default or len(c.args) != 1:
@@ -87,7 +87,7 @@ def plan_offset_clones(graph: torch.fx.Graph) -> list[torch.fx.Node]:
         )
         if not same_meta or known_equal(ct.storage_offset(), vt.storage_offset()):
             continue
-        cs, vs = storage_key(ct), storage_key(vt)
+        cs, vs = storage_identity(ct), storage_identity(vt)
         if cs in outputs and (vs in inputs or vs in outputs):
             continue  # remove_noop_ops keeps it (no new input/output aliasing)
         if _reaches_observer(c):
@@ -217,7 +217,7 @@ def plan_collapsed_outputs(graph: torch.fx.Graph, outputs: OutputRoles | None = 
     out = _output_of(graph)
     flat = _flat_args(out)
     returned = range(len(flat)) if outputs is None else sorted(i for i in outputs.returned if i < len(flat))
-    inputs = {storage_key(meta_value(n)) for n in graph.nodes if _is_pre_existing(n)}
+    inputs = {storage_identity(meta_value(n)) for n in graph.nodes if _is_pre_existing(n)}
     groups: dict[int, list[torch.fx.Node]] = {}
     roots: dict[int, torch.fx.Node] = {}
     for i in returned:
@@ -225,13 +225,13 @@ def plan_collapsed_outputs(graph: torch.fx.Graph, outputs: OutputRoles | None = 
         if not isinstance(x, torch.fx.Node):
             continue
         t = _tensor(x)
-        key = storage_key(t)
+        key = storage_identity(t)
         if t is None or key is None or key in inputs:
             continue
         found = view_chain(x)
         root = found[0] if found is not None else x
         rt = _tensor(root)
-        if rt is None or storage_key(rt) != key or not _same_layout(t, rt):
+        if rt is None or storage_identity(rt) != key or not _same_layout(t, rt):
             continue  # returned as a reinterpret_tensor of the root's buffer: an object of its own
         members = groups.setdefault(key, [])
         roots[key] = root

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 
-from rewrite.editing.nodes import Builder, LoweringSkip, recompile, static_int, storage_key, undo, view_chain
+from aliasing.core.facts import storage_identity
+from rewrite.editing.nodes import Builder, LoweringSkip, recompile, static_int, undo, view_chain
 from rewrite.guard.common import _builder, _is_pre_existing, _same_layout, _tensor, log
 from rewrite.guard.hazards import Guarded, GuardReport, Hazard, InductorModel
 
@@ -51,7 +52,7 @@ def plan_storage_views(graph: torch.fx.Graph, model: InductorModel | None = None
             continue  # the operand owns its storage: Inductor realizes all of it
         root, views = chain
         rt, vt = _tensor(root), _tensor(v)
-        if rt is None or vt is None or storage_key(rt) is None or storage_key(rt) != storage_key(vt):
+        if rt is None or vt is None or storage_identity(rt) is None or storage_identity(rt) != storage_identity(vt):
             continue
         if _buffer_before_views(root, m) or any(_realizing_view(x, m) for x in views):
             continue

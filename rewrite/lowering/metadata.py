@@ -18,8 +18,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from aliasing.core.facts import has_meta, meta_value
-from rewrite.editing.nodes import COMPUTE, Builder, fake_mode, storage_key, take_name
+from aliasing.core.facts import has_meta, meta_value, storage_identity
+from rewrite.editing.nodes import COMPUTE, Builder, fake_mode, take_name
 
 __all__ = ["refresh_stale", "storage_keys"]
 
@@ -30,7 +30,7 @@ def storage_keys(v: Any) -> set[int]:
     """The fake storages a (possibly nested) fake value lives in."""
     if isinstance(v, (list, tuple)):
         return {k for x in v for k in storage_keys(x)}
-    k = storage_key(v)
+    k = storage_identity(v)
     return set() if k is None else {k}
 
 
