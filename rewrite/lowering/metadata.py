@@ -59,15 +59,16 @@ def refresh_stale(
     """
     if not stale:
         return {}
-    mode = fake_mode(graph)
+    nodes = [n for n in (graph.nodes if roots is None else _reached(graph, roots, stale)) if _is_stale(n, stale)]
+    if not nodes:
+        return {}
+    mode = fake_mode(graph)  # (only now: finding it reads the metadata of the graph's first values)
+    if mode is None:
+        log.debug("left the stale metadata of %s: the graph has no single fake mode", ", ".join(n.name for n in nodes))
+        return {}
     recreated: dict[str, str] = {}
-    for node in list(graph.nodes) if roots is None else _reached(graph, roots, stale):
-        if not _is_stale(node, stale):
-            continue
-        if mode is None:
-            log.debug("left the stale metadata of %s: the graph has no single fake mode", node.name)
-            continue
-        b = Builder(graph, mode)
+    b = Builder(graph, mode)
+    for node in nodes:
         try:
             with graph.inserting_before(node):
                 if node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch.fx
 
 from aliasing import analyze
+from aliasing.core.analysis import paused_gc
 from aliasing.core.facts import meta_value
 from aliasing.core.target import Target, check_donated_inputs, resolve_target
 from aliasing.errors import AliasingError
@@ -248,12 +249,15 @@ def lower_and_eliminate(
     (('clone',), 1)
     """
     options = Options(lower_functional, keep=tuple(keep), max_rounds=max_rounds)
-    try:
-        target = resolve_target(graph, check_donated_inputs(donated_inputs))
-    except AliasingError as e:  # a pass never raises: report it
-        log.warning("fx-aliasing pipeline stopped: %s: %s", type(e).__name__, e)
-        return PipelineReport(error=f"{type(e).__name__}: {e}")
-    report, replaced = run(target, options)
+    # The collector is paused for the whole pass, as in eliminate_clones: a collection of the
+    # caller's young objects would otherwise land in it (Inductor's and vLLM's passes leave many).
+    with paused_gc():
+        try:
+            target = resolve_target(graph, check_donated_inputs(donated_inputs))
+        except AliasingError as e:  # a pass never raises: report it
+            log.warning("fx-aliasing pipeline stopped: %s: %s", type(e).__name__, e)
+            return PipelineReport(error=f"{type(e).__name__}: {e}")
+        report, replaced = run(target, options)
     owner = getattr(graph, "owning_module", None)
     if (replaced or report.lowering.lowered) and isinstance(owner, torch.fx.GraphModule):
         recompile_lazily(owner)
