@@ -417,8 +417,11 @@ def build_shared_weight_graph(
     Per layer: ``xc, rc = x.clone(), res.clone()``; the in-place fused add+RMSNorm
     (``fxa_bench::fused_add_rms_norm_``) on both; ``q, k, v = (xc @ w1).split(...)``;
     ``qc, kc = q.clone(), k.clone()``; the in-place rotary op on both;
-    ``softmax(qc @ kc.t()) @ v @ w2`` and ``rc`` go to the next layer. No clone's
-    users pile up, so vLLM's pass is linear here (unlike :func:`build_transformer_graph`).
+    ``softmax(qc @ kc.t()) @ v @ w2`` and ``rc`` go to the next layer. Few users pile
+    up on one value (unlike :func:`build_transformer_graph`), but some do: removing the
+    residual's clones one after the other hands every layer's residual uses to layer 0's
+    clone, and vLLM's pass scans that value's users for each written clone it meets, so
+    its time grows about 12x for 4x the nodes from 16k to 64k nodes (``benchmarks/README.md``).
     ``method`` as in :func:`build_transformer_graph`: ``"make_fx"`` traces the whole
     model, ``"replicate"`` one layer copied by graph surgery (the same graph).
 

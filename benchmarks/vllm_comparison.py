@@ -13,9 +13,10 @@ Per pass it records the clones removed and kept, whether the result is
 **wrong** (``rewrite.testing.check_equivalent`` on real inputs: the clause that
 failed), whether the pass **crashed** (raised; vLLM's compilation would fail),
 and the CPU time of the call (``time.process_time``, median of ``--repeats``
-rounds, both passes interleaved in one process). Our pass's time includes the
-``GraphModule.recompile()`` it does when it changed the graph; vLLM's leaves
-that to Inductor.
+rounds, both passes interleaved in one process). Neither includes generating the
+``GraphModule``'s Python code: ours marks it stale when it changed the graph (it
+is generated on first use, :func:`rewrite.editing.recompile.recompile_lazily`),
+vLLM's leaves it to Inductor, and the harness recompiles after the clock stops.
 
 The programs:
 

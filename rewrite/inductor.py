@@ -67,6 +67,7 @@ import torch
 import torch.fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
+from aliasing.core.analysis import paused_gc
 from aliasing.core.registry import torch_release
 from rewrite.guard import (
     GuardReport,
@@ -310,6 +311,10 @@ class CloneEliminationPass(CustomGraphPass):
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         """Rewrite ``graph`` in place (see the module docstring)."""
+        with paused_gc():  # guard and pipeline: no collection of Inductor's young objects inside them
+            self._rewrite(graph)
+
+    def _rewrite(self, graph: torch.fx.Graph) -> None:
         self._note_ran()
         guard = GuardReport()
         outputs = output_roles(graph) if self.guard else None
@@ -381,7 +386,8 @@ class JointGraphGuard(CustomGraphPass):
             # H8's distinct view (aten.view_as) has no lowering: Inductor calls it as an implicit fallback
             log.warning("fx-aliasing: implicit_fallbacks is off, so H8 (returned views made one object) is not guarded")
             hazards = hazards - {"H8"}
-        report = guard_joint_graph(g, hazards=hazards, outputs=output_roles(g, joint=True))
+        with paused_gc():
+            report = guard_joint_graph(g, hazards=hazards, outputs=output_roles(g, joint=True))
         self.last_report = report
         _log_guard(report)
 
