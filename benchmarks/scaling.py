@@ -117,7 +117,8 @@ VLLM_TARGETS: dict[str, tuple[tuple[str, str, int, float], ...]] = {
 #: The graph shapes: a builder of ``layers`` layers and the layer count for a node budget.
 #: ``synthetic``: :func:`benchmarks.synthetic.build_transformer_graph` (weights per layer,
 #: KV-cache writes; vLLM's pass is quadratic there); ``shared``:
-#: :func:`benchmarks.synthetic.build_shared_weight_graph` (one set of weights, no pile-up).
+#: :func:`benchmarks.synthetic.build_shared_weight_graph` (one set of weights; only the
+#: residual's uses pile up, as vLLM's pass removes its clones).
 SHAPES: dict[str, tuple[Callable[[int], tuple[torch.fx.GraphModule, Callable[[], list[Tensor]]]], Callable[[int], int]]] = {
     "synthetic": (build_transformer_graph, layers_for_nodes),
     "shared": (build_shared_weight_graph, shared_layers_for_nodes),

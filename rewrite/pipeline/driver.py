@@ -163,8 +163,9 @@ def _round(target: Target, options: Options) -> Round:
         error = f"refreshing the metadata of the removed clones' values failed: {type(e).__name__}: {e}"
         log.warning("fx-aliasing: %s (the removals stand; later passes may read stale metadata)", error)
         again = False
-    for d in planned:
-        log.debug("%s %s (%s): %s %s", d.action, d.node, d.original, d.reason, ", ".join(d.evidence))
+    if log.isEnabledFor(logging.DEBUG):  # (the evidence is joined only for a log that shows it)
+        for d in planned:
+            log.debug("%s %s (%s): %s %s", d.action, d.node, d.original, d.reason, ", ".join(d.evidence))
     return Round(CloneEliminationReport(tuple(planned), error, opaque=opaque), replaced, again)
 
 

@@ -12,6 +12,8 @@ import math
 from collections.abc import Sequence
 
 import hypothesis.strategies as st
+import torch
+from hypothesis import reject
 from hypothesis.errors import InvalidArgument
 
 from rewrite.testing.programs.builder import _KINDS, _Builder
@@ -88,15 +90,34 @@ def _finish(
     body = [f"    {line}" for line in builder.lines]
     body.append(f"    return ({outputs[0]},)" if len(outputs) == 1 else f"    return ({', '.join(outputs)})")
     function_source = f"def program({params}):\n" + "\n".join(body) + "\n"
-    return Program(
-        function_source=function_source,
-        inputs_source=builder.inputs_source,
-        donated_inputs=donated,
-        seed=seed,
-        num_ops=len(builder.lines),
-        uses_custom_ops=builder.uses_custom_ops,
-        tracing_mode=tracing_mode,
-    )
+    try:
+        return Program(
+            function_source=function_source,
+            inputs_source=builder.inputs_source,
+            donated_inputs=donated,
+            seed=seed,
+            num_ops=len(builder.lines),
+            uses_custom_ops=builder.uses_custom_ops,
+            tracing_mode=tracing_mode,
+        )
+    except Exception:
+        if not _runs_eagerly(function_source, builder.inputs_source):
+            raise  # a program the builder should never have made
+        # Every statement ran eagerly as it was drawn, but torch's tracer cannot trace the
+        # program: a fake kernel lays a result out otherwise than the eager one and a later
+        # view of it fails only under the trace (native_batch_norm of a transposed input,
+        # then a clone and view(-1)). No pass is ever given such a graph: draw another.
+        reject()
+
+
+def _runs_eagerly(function_source: str, inputs_source: str) -> bool:
+    namespace: dict[str, object] = {"torch": torch}
+    try:
+        exec(compile(function_source + "\n" + inputs_source, "<fxa_fuzz program>", "exec"), namespace)
+        namespace["program"](*namespace["make_inputs"]())  # type: ignore[operator]
+    except Exception:
+        return False
+    return True
 
 
 def _check_int(name: str, value: object, lo: int, hi: float = math.inf) -> int:

@@ -705,3 +705,53 @@ def _graph_pass_fails(pass_fn: Callable[[torch.fx.Graph], None], program: Progra
     except NotEquivalent:
         return True
     return False
+
+
+_BATCH_NORM_THEN_VIEW = """def program(x0):
+    v0 = torch.nn.functional.batch_norm(x0, None, None, training=True)
+    v1 = v0.clone()
+    return (v1.view(-1),)
+"""
+_TRANSPOSED_INPUT = """def make_inputs():
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(2, 3, generator=g).transpose(-2, -1)]
+"""
+
+
+def test_a_program_only_the_tracer_rejects_is_discarded_and_a_broken_one_raises() -> None:
+    """native_batch_norm's fake kernel keeps a transposed input's layout where the CPU kernel
+    returns a contiguous result, so the program runs eagerly but make_fx fails at the view
+    (seed 93417 of a soak): the generator draws another. A program that fails eagerly too
+    is the builder's bug, and raises."""
+    from types import SimpleNamespace
+
+    from hypothesis.errors import Unsatisfiable
+
+    from rewrite.testing.programs.strategies import _finish
+
+    program = _BATCH_NORM_THEN_VIEW.replace("def program(x0):\n", "").splitlines()
+    builder = SimpleNamespace(
+        input_names=["x0"],
+        lines=[line.strip() for line in program[:-1]],
+        inputs_source=_TRANSPOSED_INPUT,
+        uses_custom_ops=False,
+    )
+
+    def norm_then_view(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.batch_norm(x, None, None, training=True).clone().view(-1)
+
+    transposed = torch.randn(2, 3).transpose(-2, -1)
+    assert norm_then_view(transposed).shape == (6,)  # eagerly fine
+    with pytest.raises(Exception, match="view"):
+        make_fx(norm_then_view, tracing_mode="fake")(transposed)  # the tracer's failure
+
+    @given(st.just(builder))
+    @settings(max_examples=1, database=None, deadline=None)
+    def draw(b: SimpleNamespace) -> None:
+        _finish(b, ["v1.view(-1)"], donated=(), seed=0)  # type: ignore[arg-type]
+
+    with pytest.raises(Unsatisfiable):  # every draw discarded, none failed
+        draw()
+    builder.lines.append("v2 = v1.view(5)")  # fails eagerly as well
+    with pytest.raises(Exception, match=r"view|shape"):
+        _finish(builder, ["v2"], donated=(), seed=0)  # type: ignore[arg-type]
