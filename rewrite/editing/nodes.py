@@ -14,11 +14,14 @@ is then left as it was.
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
+from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 
 from aliasing.core.facts import has_meta, known_equal, meta_value, storage_identity
@@ -32,6 +35,7 @@ __all__ = [
     "Copy",
     "LoweredCall",
     "LoweringSkip",
+    "computing",
     "copy_preserving",
     "emit_op",
     "fake_mode",
@@ -63,6 +67,25 @@ def val(node: torch.fx.Node) -> Any:
     return meta_value(node)
 
 
+@contextmanager
+def computing(mode: Any) -> Iterator[None]:
+    """Run ops on fake values under ``mode`` as Inductor's own fake propagation does.
+
+    Where the mode's shape environment has symbols, the Python dispatcher is on
+    too: without it, a C++ kernel that reads a symbolic tensor's storage offset
+    or strides directly (a custom op's Meta kernel calling ``narrow``) raises
+    "Cannot call storage_offset() on tensor with symbolic sizes/strides", which
+    ``make_fx`` never met because it traces with the dispatcher on.
+    """
+    env = getattr(mode, "shape_env", None)
+    with mode:
+        if env is not None and getattr(env, "var_to_range", True):
+            with enable_python_dispatcher():
+                yield
+        else:
+            yield
+
+
 class Builder:
     """Creates nodes at the graph's insertion point, each with a ``meta['val']`` computed under the fake mode."""
 
@@ -90,7 +113,7 @@ class Builder:
         kwargs = kwargs or {}
         if val is COMPUTE:
             fargs, fkwargs = self.fake((args, kwargs))
-            with self.mode:
+            with computing(self.mode):
                 val = target(*fargs, **fkwargs)
         node = self.graph.call_function(target, args, kwargs)
         node.meta["val"] = val  # a node this package creates: setting its metadata is allowed
@@ -175,7 +198,7 @@ def copy_preserving(b: Builder, x: torch.fx.Node) -> Copy:
     if xv.is_conj() or xv.is_neg():
         raise LoweringSkip(f"{x.name} has the conj/neg bit set")
     if known_equal(xv.storage_offset(), 0):
-        with b.mode:
+        with computing(b.mode):
             cv = torch.ops.aten.clone.default(xv)
         if len(cv.stride()) == len(xv.stride()) and all(known_equal(s, t) for s, t in zip(cv.stride(), xv.stride())):
             c = b.call(aten.clone.default, (x,), val=cv)
@@ -281,7 +304,7 @@ def _copy_root_and_replay(b: Builder, x: torch.fx.Node) -> Copy | None:
     rv, xv = val(root), val(x)
     if not isinstance(rv, torch.Tensor) or storage_identity(rv) != storage_identity(xv) or not known_equal(rv.storage_offset(), 0):
         return None
-    with b.mode:
+    with computing(b.mode):
         cv = torch.ops.aten.clone.default(rv)
     if len(cv.stride()) != len(rv.stride()) or not all(known_equal(p, q) for p, q in zip(cv.stride(), rv.stride())):
         return None

@@ -12,6 +12,7 @@ import torch.fx
 
 from aliasing import AliasAnalysis
 from aliasing.core.regions import Region
+from rewrite.editing.nodes import computing
 from rewrite.guard.common import _is_pre_existing, _is_write_back, _meta_only_use, _region_of_value, _tensor
 from rewrite.guard.hazards import InductorModel
 from rewrite.lowering.scatter import SCATTER_VIEWS
@@ -178,7 +179,7 @@ def _written_region(scatters: list[torch.fx.Node]) -> Region | None:
         return None
     mode = getattr(t, "fake_mode", None)
     try:
-        with mode if mode is not None else nullcontext():
+        with computing(mode) if mode is not None else nullcontext():
             for s in scatters:
                 view = SCATTER_VIEWS[s.target]
                 t = view(t, *s.args[2:], **s.kwargs)

@@ -9,7 +9,7 @@ import torch
 import torch.fx
 
 from aliasing.core.facts import storage_identity
-from rewrite.editing.nodes import Builder, LoweringSkip, recompile, static_int, undo, view_chain
+from rewrite.editing.nodes import Builder, LoweringSkip, computing, recompile, static_int, undo, view_chain
 from rewrite.guard.common import _builder, _is_pre_existing, _same_layout, _tensor, log
 from rewrite.guard.hazards import Guarded, GuardReport, Hazard, InductorModel
 
@@ -152,7 +152,7 @@ def guard_storage_views(graph: torch.fx.Graph, model: InductorModel | None = Non
                     base = _storage_base(b, sv.root, vt.dtype)
                     args = (base, n.args[1], n.args[2], offset)
                     fargs, fkwargs = b.fake((args, kwargs))
-                    with b.mode:
+                    with computing(b.mode):
                         got = aten.as_strided.default(*fargs, **fkwargs)
             except Exception as e:  # the fake op raised, or a skip above
                 undo(graph, b, start)

@@ -106,3 +106,31 @@ def test_a_failed_refresh_keeps_the_plan_and_says_so(monkeypatch: pytest.MonkeyP
     check_equivalent(gm, rewritten, lambda: [torch.randn(4)])
     with pytest.raises(RewriteError, match="refresh bug"):
         eliminate_clones(copy_program(gm), strict=True)
+
+
+def _first_half_of_a_clone(x: torch.Tensor) -> torch.Tensor:
+    import rewrite.testing.programs.custom_ops  # noqa: F401  (registers fxa_fuzz::first_half)
+
+    c = (x * 2).clone()
+    return torch.ops.fxa_fuzz.first_half(c) + 1
+
+
+def test_the_refresh_runs_a_custom_meta_kernel_on_symbolic_sizes(caplog: pytest.LogCaptureFixture) -> None:
+    """``fxa_fuzz::first_half``'s Meta kernel calls ``narrow``, which reads a symbolic tensor's
+    storage offset unless the Python dispatcher is on (a symbolic soak on torch 2.15 logged it
+    at ERROR level, and the view kept its stale fake value): the refresh computes fake values
+    as ``make_fx`` and Inductor do, so the view lands in its new base's storage."""
+    from aliasing.core.facts import storage_identity
+
+    _first_half_of_a_clone(torch.ones(2))  # registers the op before the trace
+    gm = make_fx(_first_half_of_a_clone, tracing_mode="symbolic")(torch.randn(4, 3))
+    original = copy_program(gm)
+    with caplog.at_level("ERROR"):
+        report = eliminate_clones(gm, strict=True)
+    assert report.removed == ("clone",)
+    nodes = {n.name: n for n in gm.graph.nodes}
+    half, base = nodes["first_half"].meta["val"], nodes["mul"].meta["val"]
+    assert isinstance(half.shape[0], torch.SymInt)  # the sizes stayed symbolic
+    assert storage_identity(half) == storage_identity(base)  # recomputed from the new base
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= 40]
+    check_equivalent(original, gm, lambda: [torch.randn(6, 5)])
