@@ -82,10 +82,7 @@ class Program:
         uses_custom_ops: bool,
         tracing_mode: str = "fake",
     ) -> None:
-        namespace: dict[str, Any] = {"torch": torch}
-        exec(compile(function_source + "\n" + inputs_source, "<fxa_fuzz program>", "exec"), namespace)
-        self._fn: Callable[..., Any] = namespace["program"]
-        self._make_inputs: Callable[[], list[torch.Tensor]] = namespace["make_inputs"]
+        self._fn, self._make_inputs = _load(function_source, inputs_source)
         self.function_source = function_source
         self.inputs_source = inputs_source
         self.donated_inputs = donated_inputs
@@ -148,6 +145,13 @@ class Program:
 
 _TRACES: collections.OrderedDict[tuple[str, str, str], tuple[torch.fx.GraphModule, str]] = collections.OrderedDict()
 _TRACE_CACHE_SIZE = 512
+
+
+def _load(function_source: str, inputs_source: str) -> tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]:
+    """The ``program`` function and the ``make_inputs`` function the two sources define."""
+    namespace: dict[str, Any] = {"torch": torch}
+    exec(compile(function_source + "\n" + inputs_source, "<fxa_fuzz program>", "exec"), namespace)
+    return namespace["program"], namespace["make_inputs"]
 
 
 def _trace(

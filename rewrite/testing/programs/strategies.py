@@ -12,14 +12,13 @@ import math
 from collections.abc import Sequence
 
 import hypothesis.strategies as st
-import torch
 from hypothesis import reject
 from hypothesis.errors import InvalidArgument
 
 from rewrite.testing.programs.builder import _KINDS, _Builder
 from rewrite.testing.programs.inputs import _draw_inputs, _inputs_source
 from rewrite.testing.programs.norms import _NORM_CALLS
-from rewrite.testing.programs.program import Program
+from rewrite.testing.programs.program import Program, _load
 
 __all__ = ["programs"]
 
@@ -111,10 +110,9 @@ def _finish(
 
 
 def _runs_eagerly(function_source: str, inputs_source: str) -> bool:
-    namespace: dict[str, object] = {"torch": torch}
     try:
-        exec(compile(function_source + "\n" + inputs_source, "<fxa_fuzz program>", "exec"), namespace)
-        namespace["program"](*namespace["make_inputs"]())  # type: ignore[operator]
+        fn, make_inputs = _load(function_source, inputs_source)
+        fn(*make_inputs())
     except Exception:
         return False
     return True
