@@ -20,7 +20,11 @@ rounds, one analysis of each graph per round).
 ``Graph``, side by side with vLLM's ``UnsafeCloneEliminationPass`` (where ``vllm`` is
 installed) on fresh copies of every graph, interleaved round by round in one process
 (CPU medians), with the clones each removes: graphs with few clones or none, where the
-unsafe pass costs little more than a loop over the nodes (target: at most 1.0x).
+unsafe pass costs little more than a loop over the nodes (target: at most 1.0x). Beside
+them, the schema floor (:func:`benchmarks.scaling.schema_floor`: one visit of each node
+that records, by its op's schema, which storages it reads and writes), the least a
+whole-graph alias analysis does: where it alone costs more than vLLM's pass (which
+looks at the clones and their users only), no analysis of the whole graph can match it.
 """
 
 from __future__ import annotations
@@ -221,7 +225,7 @@ def compare_passes(
     The copies are made before each clock starts; a pass that raises is recorded as crashed.
     """
     import rewrite
-    from benchmarks.scaling import _vllm_pass
+    from benchmarks.scaling import _vllm_pass, schema_floor
 
     theirs = _vllm_pass() if with_vllm else None
 
@@ -242,10 +246,14 @@ def compare_passes(
         graph = target.graph if isinstance(target, torch.fx.GraphModule) else target
         ours_runs: list[float] = []
         theirs_runs: list[float] = []
+        floor_runs: list[float] = []
         removed: dict[str, int | None] = {}
         for _ in range(repeats + 1):  # the first round warms up
             t, removed["ours"] = timed(rewrite.eliminate_clones, copy.deepcopy(graph))
             ours_runs.append(t)
+            start = time.process_time()
+            schema_floor(graph)
+            floor_runs.append(time.process_time() - start)
             if theirs is not None:
                 t, removed["vllm"] = timed(theirs, copy.deepcopy(graph))
                 theirs_runs.append(t)
@@ -255,6 +263,7 @@ def compare_passes(
             "nodes": len(graph.nodes),
             "clones": clones(graph),
             "ours_ms": statistics.median(ours_runs[1:]) * 1e3,
+            "schema_floor_ms": statistics.median(floor_runs[1:]) * 1e3,
             "removed_ours": removed["ours"],
         }
         if theirs is not None:
@@ -361,15 +370,19 @@ def main(argv: list[str] | None = None) -> int:
 def _print_comparison(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Print the side-by-side table; the rows with the worst and median ratio (None without vllm)."""
     print()
-    print("| model | graph | nodes | clones | eliminate_clones (ms) | vLLM's pass (ms) | ratio | removed (ours / vLLM) |")
-    print("|---|---|---:|---:|---:|---:|---:|---|")
+    print(
+        "| model | graph | nodes | clones | eliminate_clones (ms) | vLLM's pass (ms) | ratio | schema floor (ms)"
+        " | floor / vLLM | removed (ours / vLLM) |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         theirs = f"{r['vllm_ms']:.3f}" if "vllm_ms" in r else "-"
         ratio = f"{r['ratio']:.2f}" if "ratio" in r else "-"
+        floor_ratio = f"{r['schema_floor_ms'] / r['vllm_ms']:.2f}" if "vllm_ms" in r else "-"
         vllm_removed = "crashed" if r.get("removed_vllm", 0) is None else r.get("removed_vllm", "-")
         print(
             f"| {r['model']} | {r['graph']} | {r['nodes']} | {r['clones']} | {r['ours_ms']:.3f} | {theirs} | {ratio} "
-            f"| {r['removed_ours']} / {vllm_removed} |"
+            f"| {r['schema_floor_ms']:.3f} | {floor_ratio} | {r['removed_ours']} / {vllm_removed} |"
         )
     ratios = [r["ratio"] for r in rows if "ratio" in r]
     worst = max(ratios) if ratios else None
