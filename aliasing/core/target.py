@@ -21,6 +21,7 @@ class Target:
 
     graph: torch.fx.Graph
     module: torch.nn.Module | None
+    #: placeholder name -> role; a placeholder not named here is a user input
     input_roles: dict[str, Role]
     donated: frozenset[str]
 
@@ -75,20 +76,21 @@ def validate_graph(graph: torch.fx.Graph) -> None:
     """
     seen: set[torch.fx.Node] = set()
     covers, add = seen.issuperset, seen.add
-    output: torch.fx.Node | None = None
-    for node in graph.nodes:
-        if output is not None:
-            raise InvalidTargetError(
-                f"node {node.name} comes after the output node {output.name}\n  at node: {describe_node(node)}"
-            )
-        # The common case in one call: every input defined earlier. (``_input_nodes`` is the dict
-        # whose keys ``all_input_nodes`` copies into a new list; a Node without it takes that way.)
-        inputs = getattr(node, "_input_nodes", None)
-        if not covers(node.all_input_nodes if inputs is None else inputs):
+    nodes = graph.nodes
+    for node in nodes:
+        # One call per node: every input defined earlier. (``_input_nodes`` is the dict whose
+        # keys ``all_input_nodes`` copies into a new list, on every torch from 2.13 on.)
+        if not covers(node._input_nodes):
             _bad_input(graph, node, seen)
         add(node)
-        if node.op == "output":
-            output = node
+    # At most one output node, the last (read from FX's index of nodes by op).
+    outputs = graph.find_nodes(op="output", sort=True)
+    if outputs and (len(outputs) > 1 or outputs[0] is not next(iter(reversed(nodes)))):
+        first = outputs[0]
+        after = first.next  # a node: the first output is not the last node
+        raise InvalidTargetError(
+            f"node {after.name} comes after the output node {first.name}\n  at node: {describe_node(after)}"
+        )
 
 
 def _bad_input(graph: torch.fx.Graph, node: torch.fx.Node, seen: set[torch.fx.Node]) -> None:
@@ -142,19 +144,17 @@ def resolve_target(target: Any, donated_inputs: Iterable[int] = ()) -> Target:
             f"got {type(target).__name__}"
         )
     validate_graph(graph)
-    placeholders = _placeholders(graph)
     donated: set[str] = set()
     positions = check_donated_inputs(donated_inputs)
-    for pos in positions:
-        if isinstance(pos, bool) or not isinstance(pos, int) or not 0 <= pos < len(placeholders):
-            raise InvalidTargetError(
-                f"donated input position {pos!r} is not a placeholder position "
-                f"(the graph has {len(placeholders)} placeholders)"
-            )
-        donated.add(placeholders[pos].name)
-    for p in placeholders:
-        role = roles.get(p.name, Role.USER_INPUT)
-        if p.name in donated:
-            role = Role.DONATED_INPUT
-        roles[p.name] = role
+    if positions:  # (the placeholders are looked up only for donated positions)
+        placeholders = _placeholders(graph)
+        for pos in positions:
+            if not 0 <= pos < len(placeholders):
+                raise InvalidTargetError(
+                    f"donated input position {pos!r} is not a placeholder position "
+                    f"(the graph has {len(placeholders)} placeholders)"
+                )
+            donated.add(placeholders[pos].name)
+        for name in donated:
+            roles[name] = Role.DONATED_INPUT
     return Target(graph, module, roles, frozenset(donated))

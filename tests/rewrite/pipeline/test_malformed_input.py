@@ -74,6 +74,17 @@ def test_node_after_output_is_rejected() -> None:
         aliasing.analyze(gm)
 
 
+def test_second_output_node_is_rejected() -> None:
+    gm = _program()
+    x = _node(gm, "x_1")
+    # A second output node in the middle of the graph: the nodes after it name the fault.
+    with gm.graph.inserting_after(x):
+        early = gm.graph.create_node("output", "output", ((x,),), name="early_output")
+    following = early.next
+    with pytest.raises(InvalidTargetError, match=f"node {following.name} comes after the output node early_output"):
+        aliasing.analyze(gm)
+
+
 def test_eliminate_clones_rejects_a_malformed_graph_before_any_change() -> None:
     gm = _cyclic()
     before = [(n.name, n.args) for n in gm.graph.nodes]
