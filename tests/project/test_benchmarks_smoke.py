@@ -9,6 +9,7 @@ the named comparison programs, and the UNSOUND output-only baseline
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,28 @@ def test_bare_traversal_reads_five_facts_per_tensor() -> None:
         vals = val if isinstance(val, (tuple, list)) else [val]
         tensors += sum(isinstance(v, torch.Tensor) for v in vals)
     assert scaling.bare_traversal(gm) == 5 * tensors
+
+
+def test_schema_floor_records_each_tensor_argument_by_its_schema() -> None:
+    def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = x @ w  # reads x and w
+        y.add_(1)  # writes y (a Scalar argument: no record)
+        return y.t().clone()  # t reads y; clone reads the view; the output reads the clone
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(2, 2), torch.randn(2, 2))
+    assert scaling.schema_floor(gm) == scaling.schema_floor(gm.graph) == 6
+
+
+def test_replayed_removals_give_the_pass_s_graph() -> None:
+    from benchmarks.synthetic import build_shared_weight_graph
+
+    gm, _ = build_shared_weight_graph(3)
+    ours = copy_program(gm)
+    report = rewrite.eliminate_clones(ours)
+    replayed = copy.deepcopy(gm.graph)
+    erased = scaling.replay_removals(replayed, scaling.removal_edits(replayed, report.decisions))
+    assert erased == len(report.removed) > 0
+    assert [(n.name, str(n.args)) for n in replayed.nodes] == [(n.name, str(n.args)) for n in ours.graph.nodes]
 
 
 def test_time_size_removes_exactly_the_removable_clones() -> None:
@@ -340,6 +363,7 @@ def test_models_comparison_times_both_passes_on_fresh_copies() -> None:
     resnet, decoder = models.compare_passes(graphs, 1)
     assert [len(g.graph.nodes) for _, _, g in graphs] == before  # the copies were rewritten, not the graphs
     assert (resnet["clones"], resnet["removed_ours"]) == (0, 0) and resnet["ours_ms"] > 0
+    assert resnet["schema_floor_ms"] > 0
     assert (decoder["clones"], decoder["removed_ours"]) == (8, 2)  # layer 1's clones of x and the residual
     if importlib.util.find_spec("vllm") is not None:
         assert decoder["removed_vllm"] == 2 and decoder["ratio"] > 0
