@@ -104,7 +104,9 @@ __all__ = [
     "compare_on_programs",
     "main",
     "parse_size",
+    "removal_edits",
     "replay_removals",
+    "schema_floor",
     "time_size",
 ]
 
@@ -290,10 +292,10 @@ def schema_floor(target: torch.fx.GraphModule | torch.fx.Graph) -> int:
                 sid[node] = storage_id(val)
             except RuntimeError:  # no storage (sparse and other layouts)
                 pass
-        target = node.target
-        table = params.get(target, _UNSEEN) if node.op == "call_function" else None
+        op = node.target
+        table = params.get(op, _UNSEEN) if node.op == "call_function" else None
         if table is _UNSEEN:
-            table = params[target] = _tensor_params(target) if hasattr(target, "_schema") else None
+            table = params[op] = _tensor_params(op) if hasattr(op, "_schema") else None
         if table is not None:
             args, kwargs = node.args, node.kwargs
             for i, name, written in table:
