@@ -25,6 +25,12 @@ What is measured, per graph size, in one process and on the same graph
   the installed ``vllm`` package, under its pass context) on a fresh copy of the
   ``Graph``, and the same followed by ``GraphModule.recompile``, as a pass on a
   ``GraphModule`` needs; left out when ``vllm`` is not installed.
+- ``vllm_without_scan``: vLLM's pass with its scan of an original's users for
+  one after a write skipped (:func:`vllm_without_scan`; the only superlinear
+  step of its pass, quadratic where its removals chain), reported only where
+  it removes the same clones: what vLLM's pass costs without that scan, so
+  what a pass's per-node cost must match to be as fast at sizes where the
+  scan is small.
 - ``edits``: the graph edits of ``eliminate_clones``'s removals alone
   (:func:`replay_removals`: ``replace_all_uses_with`` and ``erase_node`` of each
   removed clone, and the erasure of the nodes a C10 removal erases with it) on a
@@ -45,7 +51,9 @@ What is measured, per graph size, in one process and on the same graph
 
 The measures run interleaved, one round after another (``--repeats`` rounds, or
 ``--large-repeats`` for graphs of 32k nodes and more), each after a
-``gc.collect()``. Each call is timed with two clocks: wall time
+``gc.collect()``; the sizes of a shape are interleaved too (round ``r`` of every
+size, then round ``r + 1``: :func:`time_sizes`), so a slow spell of the machine
+falls on every size alike rather than on one side of a growth factor. Each call is timed with two clocks: wall time
 (``time.perf_counter``) and the process's CPU time (``time.process_time``);
 on a machine shared with other jobs the wall time of identical runs varies up
 to twofold (the process waits for a core) and the CPU time much less, so both
@@ -73,6 +81,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +117,8 @@ __all__ = [
     "replay_removals",
     "schema_floor",
     "time_size",
+    "time_sizes",
+    "vllm_without_scan",
 ]
 
 #: Max ratio to the bare traversal (and, for ``analyze``, to the ``meta['val']`` loop) at the
@@ -349,6 +360,8 @@ def time_size(
 ) -> dict[str, Any]:
     """Build the graph of ``shape`` with about ``nodes`` nodes and time every measure on it.
 
+    :func:`time_sizes` for one size.
+
     Parameters
     ----------
     nodes : int
@@ -375,72 +388,134 @@ def time_size(
     >>> r["nodes"] > 100 and r["eliminate"]["removed"] > 0
     True
     """
-    if shape not in SHAPES:
-        raise ValueError(f"shape must be one of {sorted(SHAPES)}, got {shape!r}")
+    return time_sizes([(nodes, repeats)], shape=shape, log=log, with_vllm=with_vllm)[0]
+
+
+@dataclass
+class _Size:
+    """One graph size under measure: its graphs, and the runs of each measure so far."""
+
+    target_nodes: int
+    repeats: int
+    layers: int
+    gm: torch.fx.GraphModule
+    build_s: float
+    no_meta: torch.fx.Graph
+    unknown: torch.fx.Graph
+    runs: dict[str, list[tuple[float, float]]]
+    removed: int = 0
+    kept: int = 0
+    #: whether vLLM's pass without its users scan left the graph as many nodes as the pass did
+    scan_changes_nothing: bool | None = None
+
+
+def _prepare(nodes: int, repeats: int, shape: str, log: Callable[[str], None], with_vllm: bool) -> _Size:
     build, layers_for = SHAPES[shape]
     layers = layers_for(nodes)
     start = time.perf_counter()
     gm, _ = build(layers)
     build_s = time.perf_counter() - start
-    size = count_nodes(gm)
-    log(f"  built {size} nodes ({layers} layers) in {build_s:.1f}s")
-    runs: dict[str, list[tuple[float, float]]] = {
-        "meta_val": [],
-        "bare": [],
-        "schema_floor": [],
-        "edits": [],
-        "analyze": [],
-        "eliminate": [],
-        "eliminate_graph": [],
-        "hostile_no_meta": [],
-        "hostile_unknown": [],
-    }
-    vllm_pass = _vllm_pass() if with_vllm else None
+    log(f"  {shape}: built {count_nodes(gm)} nodes ({layers} layers) in {build_s:.1f}s, {repeats} rounds")
+    keys = ["meta_val", "bare", "schema_floor", "edits", "analyze", "eliminate", "eliminate_graph"]
+    keys += ["hostile_no_meta", "hostile_unknown"]
+    keys += ["vllm", "vllm_without_scan", "vllm_recompile"] if with_vllm else []
+    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in keys}
+    return _Size(nodes, repeats, layers, gm, build_s, hostile_no_meta(gm.graph), hostile_unknown(gm.graph), runs)
+
+
+def _time_round(size: _Size, vllm_pass: Callable[[torch.fx.Graph], object] | None) -> None:
+    """Time every measure once on ``size``'s graphs (each on a fresh copy where it rewrites)."""
+    gm, runs = size.gm, size.runs
+    runs["meta_val"].append(_timed(lambda: meta_val_loop(gm)))
+    runs["bare"].append(_timed(lambda: bare_traversal(gm)))
+    runs["schema_floor"].append(_timed(lambda: schema_floor(gm)))
+    runs["analyze"].append(_timed(lambda: aliasing.analyze(gm)))
+    fresh = _copy(gm)
+    reports: list[rewrite.CloneEliminationReport] = []
+    runs["eliminate"].append(_timed(lambda: reports.append(rewrite.eliminate_clones(fresh))))
+    size.removed, size.kept = len(reports[0].removed), len(reports[0].kept)
+    g = copy.deepcopy(gm.graph)
+    edits = removal_edits(g, reports[0].decisions)
+    runs["edits"].append(_timed(lambda: replay_removals(g, edits)))
+    for key, graph in (("eliminate_graph", gm.graph), ("hostile_no_meta", size.no_meta), ("hostile_unknown", size.unknown)):
+        copied = copy.deepcopy(graph)
+        runs[key].append(_timed(lambda g=copied: rewrite.eliminate_clones(g)))
     if vllm_pass is not None:
-        runs["vllm"], runs["vllm_recompile"] = [], []
-    no_meta, unknown = hostile_no_meta(gm.graph), hostile_unknown(gm.graph)
-    removed = kept = 0
-    for r in range(repeats):
-        runs["meta_val"].append(_timed(lambda: meta_val_loop(gm)))
-        runs["bare"].append(_timed(lambda: bare_traversal(gm)))
-        runs["schema_floor"].append(_timed(lambda: schema_floor(gm)))
-        runs["analyze"].append(_timed(lambda: aliasing.analyze(gm)))
-        fresh = _copy(gm)
-        reports: list[rewrite.CloneEliminationReport] = []
-        runs["eliminate"].append(_timed(lambda fresh=fresh, reports=reports: reports.append(rewrite.eliminate_clones(fresh))))
-        removed, kept = len(reports[0].removed), len(reports[0].kept)
-        g = copy.deepcopy(gm.graph)
-        edits = removal_edits(g, reports[0].decisions)
-        runs["edits"].append(_timed(lambda g=g, edits=edits: replay_removals(g, edits)))
-        for key, graph in (("eliminate_graph", gm.graph), ("hostile_no_meta", no_meta), ("hostile_unknown", unknown)):
-            g = copy.deepcopy(graph)
-            runs[key].append(_timed(lambda g=g: rewrite.eliminate_clones(g)))
-        if vllm_pass is not None:
-            g = copy.deepcopy(gm.graph)
-            runs["vllm"].append(_timed(lambda g=g: vllm_pass(g)))
-            module = _copy(gm)
-            runs["vllm_recompile"].append(_timed(lambda m=module: (vllm_pass(m.graph), m.recompile())))
-        log(
-            f"  round {r + 1}/{repeats} (wall/cpu s): "
-            + "  ".join(f"{k} {v[-1][0]:.3f}/{v[-1][1]:.3f}" for k, v in runs.items())
-        )
+        theirs = copy.deepcopy(gm.graph)
+        runs["vllm"].append(_timed(lambda: vllm_pass(theirs)))
+        unscanned, without_scan = copy.deepcopy(gm.graph), vllm_without_scan(vllm_pass)
+        runs["vllm_without_scan"].append(_timed(lambda: without_scan(unscanned)))
+        size.scan_changes_nothing = len(unscanned.nodes) == len(theirs.nodes)
+        module = _copy(gm)
+        runs["vllm_recompile"].append(_timed(lambda: (vllm_pass(module.graph), module.recompile())))
+
+
+def _result(size: _Size, shape: str) -> dict[str, Any]:
     result: dict[str, Any] = {
         "shape": shape,
-        "target_nodes": nodes,
-        "layers": layers,
-        "nodes": size,
-        "clones": _count_clones(gm),
-        "build_s": round(build_s, 3),
-        "repeats": repeats,
+        "target_nodes": size.target_nodes,
+        "layers": size.layers,
+        "nodes": count_nodes(size.gm),
+        "clones": _count_clones(size.gm),
+        "build_s": round(size.build_s, 3),
+        "repeats": size.repeats,
     }
-    for key, values in runs.items():
+    for key, values in size.runs.items():
         result[key] = {}
         for i, clock in enumerate(CLOCKS):
             series = [v[i] for v in values]
             result[key][clock] = {"runs_s": [round(v, 5) for v in series], "median_s": statistics.median(series)}
-    result["eliminate"].update(removed=removed, kept=kept)
-    result["baseline_removed"] = len(plan_output_only(gm.graph))
+    result["eliminate"].update(removed=size.removed, kept=size.kept)
+    if "vllm_without_scan" in result:
+        result["vllm_without_scan"]["same_removals"] = size.scan_changes_nothing
+    result["baseline_removed"] = len(plan_output_only(size.gm.graph))
     return result
+
+
+def time_sizes(
+    sizes: Sequence[tuple[int, int]],
+    *,
+    shape: str = "synthetic",
+    log: Callable[[str], None] = lambda s: None,
+    with_vllm: bool = True,
+) -> list[dict[str, Any]]:
+    """Time every measure on graphs of ``shape`` of several sizes, the sizes' rounds interleaved.
+
+    Round ``r`` times every measure once on each size that has more than ``r``
+    rounds, so a slow spell of a shared machine falls on every size alike and
+    the growth factors between sizes compare rounds run side by side.
+
+    Parameters
+    ----------
+    sizes : sequence of (int, int)
+        ``(target node count, rounds)`` per size.
+    shape, log, with_vllm
+        As in :func:`time_size`.
+
+    Returns
+    -------
+    list of dict
+        One :func:`time_size` result per size, in the order given.
+
+    Examples
+    --------
+    >>> small, larger = time_sizes([(120, 2), (250, 1)], with_vllm=False)
+    >>> len(small["analyze"]["cpu"]["runs_s"]), len(larger["analyze"]["cpu"]["runs_s"])
+    (2, 1)
+    """
+    if shape not in SHAPES:
+        raise ValueError(f"shape must be one of {sorted(SHAPES)}, got {shape!r}")
+    vllm_pass = _vllm_pass() if with_vllm else None
+    prepared = [_prepare(n, repeats, shape, log, vllm_pass is not None) for n, repeats in sizes]
+    for r in range(max((s.repeats for s in prepared), default=0)):
+        for size in prepared:
+            if r < size.repeats:
+                _time_round(size, vllm_pass)
+                log(
+                    f"  {shape} {count_nodes(size.gm)} nodes, round {r + 1}/{size.repeats} (wall/cpu s): "
+                    + "  ".join(f"{k} {v[-1][0]:.3f}/{v[-1][1]:.3f}" for k, v in size.runs.items())
+                )
+    return [_result(size, shape) for size in prepared]
 
 
 def summarise(sizes: Sequence[dict[str, Any]], clock: str = "cpu", shape: str = "synthetic") -> dict[str, Any]:
@@ -499,6 +574,8 @@ def summarise(sizes: Sequence[dict[str, Any]], clock: str = "cpu", shape: str = 
             # who reads and writes each storage, making the edits), and what ours spends there.
             floor = t(row, "schema_floor") + t(row, "edits")
             entry.update(floor_s=floor, left_above_floor_s=t(row, theirs) - floor, ours_above_floor_s=t(row, ours) - floor)
+            if theirs == "vllm" and row.get("vllm_without_scan", {}).get("same_removals"):
+                entry["theirs_without_scan_s"] = t(row, "vllm_without_scan")
         vs.append(entry)
     if vs:
         out["vs_vllm"] = vs
@@ -521,6 +598,36 @@ def _vllm_pass() -> Callable[[torch.fx.Graph], object] | None:
         with pass_context(Range(1, 8192)):
             get_pass_context().donated_input_ids = set()
             return instance(graph)
+
+    return run
+
+
+def _never(_: object) -> bool:
+    return False
+
+
+def vllm_without_scan(vllm_pass: Callable[[torch.fx.Graph], object]) -> Callable[[torch.fx.Graph], object]:
+    """vLLM's pass with its one superlinear step skipped: context for its time, not a baseline.
+
+    Before removing a clone that a user writes, vLLM's pass scans every user of
+    the clone's original for one after the write (``any(...)`` over
+    ``original_node.users``). Where its removals chain (the shared-weight
+    shape's residual: each layer's clone of the last one), the users of one
+    node pile up and the scans grow quadratically. This runs the pass with that
+    module's ``any`` answering False at once, which removes the same clones
+    wherever no scan finds a later user (the benchmark checks that it does, by
+    the nodes left), so the difference of the two times is the scans' cost.
+    """
+    from benchmarks.vllm_comparison import load_vllm_pass
+
+    module = sys.modules[load_vllm_pass().__module__]
+
+    def run(graph: torch.fx.Graph) -> object:
+        module.any = _never  # type: ignore[attr-defined]  # a module global shadows the builtin
+        try:
+            return vllm_pass(graph)
+        finally:
+            del module.any
 
     return run
 
@@ -688,7 +795,7 @@ def format_table(
             f" | {a / m if m else float('nan'):.1f}x | {a / b:.1f}x | {e / b:.1f}x"
             f" | {r['eliminate']['removed']} | {r['baseline_removed']} |"
         )
-    extra = [k for k in ("schema_floor", "edits", "eliminate_graph", "hostile_no_meta", "hostile_unknown", "vllm", "vllm_recompile") if any(k in r for r in sizes)]
+    extra = [k for k in ("schema_floor", "edits", "eliminate_graph", "hostile_no_meta", "hostile_unknown", "vllm", "vllm_without_scan", "vllm_recompile") if any(k in r for r in sizes)]
     if extra:
         lines += ["", "| nodes | " + " | ".join(f"{k} (ms)" for k in extra) + " |", "|---:|" + "---:|" * len(extra)]
         for r in sorted(sizes, key=lambda r: r["nodes"]):
@@ -730,6 +837,11 @@ def format_table(
                 f"  floor (schema floor + edits) {v['floor_s'] * 1e3:.0f} ms; above it, {v['theirs']} leaves"
                 f" {v['left_above_floor_s'] * 1e3:.0f} ms ({v['left_above_floor_s'] * per_node:.1f} us/node),"
                 f" ours spends {v['ours_above_floor_s'] * 1e3:.0f} ms ({v['ours_above_floor_s'] * per_node:.1f} us/node)"
+            )
+        if "theirs_without_scan_s" in v:
+            lines.append(
+                f"  {v['theirs']} without its users scan (same removals): {v['theirs_without_scan_s'] * 1e3:.0f} ms"
+                f" ({v['theirs_without_scan_s'] * 1e6 / v['nodes']:.1f} us/node)"
             )
     if summary.get("bare_growth") is not None:
         lines.append(f"bare traversal growth: {summary['bare_growth']:.2f}x")
@@ -802,10 +914,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     result: dict[str, Any] = {"machine": _machine(), "targets": TARGETS, "vllm_targets": VLLM_TARGETS, "sizes": []}
     for shape in shapes:
-        for n in sizes:
-            repeats = args.large_repeats if n >= LARGE_NODES else args.repeats
-            log(f"{shape}: size ~{n} nodes, {repeats} rounds")
-            result["sizes"].append(time_size(n, repeats, shape=shape, log=log, with_vllm=not args.no_vllm))
+        rounds = [(n, args.large_repeats if n >= LARGE_NODES else args.repeats) for n in sizes]
+        log(f"{shape}: sizes {', '.join(f'~{n} nodes ({r} rounds)' for n, r in rounds)}, interleaved")
+        result["sizes"].extend(time_sizes(rounds, shape=shape, log=log, with_vllm=not args.no_vllm))
     result["summary"] = {}
     for shape in shapes:
         rows = [r for r in result["sizes"] if r["shape"] == shape]

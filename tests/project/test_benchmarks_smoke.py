@@ -263,6 +263,40 @@ def test_shared_weight_graph_replicates_the_trace_and_keeps_what_must_stay() -> 
         scaling.time_size(100, 1, shape="nope")
 
 
+def test_vllm_without_its_users_scan_removes_what_vllm_removes() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("needs the vllm package (the vLLM environment of .ci/run has it)")
+    from benchmarks.synthetic import build_shared_weight_graph
+    from benchmarks.vllm_comparison import load_vllm_pass
+
+    vllm_pass = scaling._vllm_pass()
+    assert vllm_pass is not None
+    gm, _ = build_shared_weight_graph(6)
+    theirs, unscanned = copy.deepcopy(gm.graph), copy.deepcopy(gm.graph)
+    vllm_pass(theirs)
+    scaling.vllm_without_scan(vllm_pass)(unscanned)
+    assert len(theirs.nodes) < len(gm.graph.nodes)
+    assert [n.name for n in unscanned.nodes] == [n.name for n in theirs.nodes]
+    module = importlib.import_module(load_vllm_pass().__module__)
+    assert "any" not in vars(module)  # the builtin is back
+    # where a scan finds a later user, skipping it changes what is removed: the benchmark says so
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        c = y.clone()
+        c.add_(1)
+        return c + y
+
+    traced = _trace(f, (3,))
+    kept, dropped = copy.deepcopy(traced.graph), copy.deepcopy(traced.graph)
+    vllm_pass(kept)
+    scaling.vllm_without_scan(vllm_pass)(dropped)
+    assert len(dropped.nodes) == len(kept.nodes) - 1
+    result = scaling.time_size(200, 1, shape="shared")
+    assert result["vllm_without_scan"]["same_removals"] is True
+
+
 def test_parse_size() -> None:
     assert scaling.parse_size("16k") == 16000
     assert scaling.parse_size("1.5k") == 1500
