@@ -26,9 +26,10 @@ What is measured, per graph size, in one process and on the same graph
   ``Graph``, and the same followed by ``GraphModule.recompile``, as a pass on a
   ``GraphModule`` needs; left out when ``vllm`` is not installed.
 - ``vllm_without_scan``: vLLM's pass with its scan of an original's users for
-  one after a write skipped (:func:`vllm_without_scan`; the only superlinear
-  step of its pass, quadratic where its removals chain), reported only where
-  it removes the same clones: what vLLM's pass costs without that scan, so
+  one after a write skipped (:func:`vllm_without_scan`; quadratic where its
+  removals chain), reported only where it removes the same clones (the
+  shared-weight shape; on the synthetic shape it does not, and the table shows
+  a dash): what vLLM's pass costs without that scan, so
   what a pass's per-node cost must match to be as fast at sizes where the
   scan is small.
 - ``edits``: the graph edits of ``eliminate_clones``'s removals alone
@@ -607,7 +608,7 @@ def _never(_: object) -> bool:
 
 
 def vllm_without_scan(vllm_pass: Callable[[torch.fx.Graph], object]) -> Callable[[torch.fx.Graph], object]:
-    """vLLM's pass with its one superlinear step skipped: context for its time, not a baseline.
+    """vLLM's pass with its scan of users skipped: context for its time, not a baseline.
 
     Before removing a clone that a user writes, vLLM's pass scans every user of
     the clone's original for one after the write (``any(...)`` over
@@ -799,7 +800,10 @@ def format_table(
     if extra:
         lines += ["", "| nodes | " + " | ".join(f"{k} (ms)" for k in extra) + " |", "|---:|" + "---:|" * len(extra)]
         for r in sorted(sizes, key=lambda r: r["nodes"]):
-            cells = [f"{r[k][clock]['median_s'] * 1000:.0f}" if k in r else "-" for k in extra]
+            cells = [
+                f"{r[k][clock]['median_s'] * 1000:.0f}" if k in r and r[k].get("same_removals", True) else "-"
+                for k in extra
+            ]
             lines.append(f"| {r['nodes']} | " + " | ".join(cells) + " |")
     lines.append("")
     for key in ("analyze", "eliminate"):
