@@ -524,10 +524,11 @@ class _Builder:
     def short_call(self, pos: int, node: torch.fx.Node, effect: Effect) -> None:
         """:meth:`call` for the effect of a call that takes a short way (:meth:`EffectTable.short_effect`:
         it reads tensors, writes some, and returns one tensor, fresh or in one argument's storage,
-        or nothing): the same records, without the general case's questions."""
+        or nothing): the same records, without the general case's questions. A list of views (a
+        list-view op's effect) is bound by :meth:`call`."""
         facts = self.cache.tensor(node)
-        if facts is None and self.cache.outputs(node) is not None:
-            self.call(pos, node, effect)  # a tuple value for a tensor result: the general case
+        if facts is None and (self.cache.outputs(node) is not None or (effect.outputs and SINGLE not in effect.outputs)):
+            self.call(pos, node, effect)  # a tuple value, or a list of views: the general case
             return
         self.effect_of[node] = effect
         points_to = self.points_to

@@ -269,6 +269,10 @@ class _SchemaEffect:
     #: an in-place op that writes its first argument only and returns it (``add_``, ``mul_``,
     #: ``copy_``, whose old value it does not read), nothing hidden, no ``out=``: the fifth short way
     inplace: bool = False
+    #: a view op (:data:`VIEWS`) whose one ``Tensor[]`` result aliases its first argument only, by
+    #: its schema, nothing written or hidden (``split``, ``split_with_sizes``, ``unbind``,
+    #: ``chunk``): every element a view of the first argument, nothing read (the sixth short way)
+    list_view: bool = False
     #: the layout audit caught the op's fake kernel laying results out otherwise than eager
     #: (:func:`aliasing.core.layout_divergences.fake_layout_divergent`)
     fake_divergent: bool = False
@@ -339,6 +343,15 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
         and not kwarg_only[0]
         and write_only in ((), (0,))
     )
+    list_view = (
+        list_return
+        and schema.name in VIEWS
+        and not (metadata_only or unclassified or may_write or registry.kind == "metadata-mutating")
+        and hidden is None
+        and len(out_sets) == 1
+        and out_args[0] == (0,)
+        and not kwarg_only[0]
+    )
     mutator = (
         not (metadata_only or unclassified or list_return or registry.kind == "metadata-mutating")
         and not returns
@@ -372,6 +385,7 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
         view=view,
         view_or_copy=view_or_copy,
         inplace=inplace,
+        list_view=list_view,
         fake_divergent=fake_layout_divergent(str(op)),
     )
 
@@ -581,10 +595,10 @@ def _matches_schema(se: _SchemaEffect, args: Sequence[Any], kwargs: Mapping[str,
 def _short_way(
     se: _SchemaEffect, node: torch.fx.Node, facts: FactsCache, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> Effect | None:
-    """The effect of a call of a plain, a mutator, a view, a traced-view or an in-place op by its
-    short way (the general rules' effect, computed without their questions); None for other ops,
-    for a view or in-place call whose first argument is no node, and for a view-or-copy call the
-    trace recorded as a copy (the general rules decide). ``args`` and ``kwargs`` are the node's
+    """The effect of a call of a plain, a mutator, a view, a traced-view, an in-place or a
+    list-view op by its short way (the general rules' effect, computed without their questions);
+    None for other ops, for a view, in-place or list-view call whose first argument is no node,
+    and for a view-or-copy call the trace recorded as a copy (the general rules decide). ``args`` and ``kwargs`` are the node's
     (read once by the caller: they are properties). The one dispatch of :func:`schema_effect` and
     :meth:`EffectTable.short_effect`."""
     if se.plain:
@@ -597,6 +611,8 @@ def _short_way(
         return _traced_view_effect(se, node, facts, args, kwargs)
     if se.inplace:
         return _inplace_effect(se, args, kwargs)
+    if se.list_view:
+        return _list_view_effect(se, node, facts, args, kwargs)
     return None
 
 
@@ -673,6 +689,26 @@ def _inplace_effect(se: _SchemaEffect, args: Sequence[Any], kwargs: Mapping[str,
     rest = tensors[1:]
     reads = _unique(rest) if se.write_only and base not in rest else _unique(tensors)
     return Effect(reads=reads, writes=(base,), outputs={SINGLE: (base,)})
+
+
+def _list_view_effect(
+    se: _SchemaEffect, node: torch.fx.Node, facts: FactsCache, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Effect | None:
+    """The effect of a call of a list-returning view op (:attr:`_SchemaEffect.list_view`): each
+    element of its result (by the trace's list, else :data:`EACH`) aliases its first argument, and
+    nothing is read (what the general path computes for these ops: a view op's results are never
+    copies, so the trace's evidence changes nothing). None when the first argument is no node,
+    another tensor is passed (``tensor_split``'s indices) or the trace's list is empty (the general
+    path decides)."""
+    name = se.names[0]
+    base = kwargs[name] if kwargs and name in kwargs else (args[0] if args else None)
+    if type(base) is not torch.fx.Node or len(_passed_tensors(se, args, kwargs)) != 1:
+        return None
+    multi = facts.outputs(node)
+    if multi is not None and not multi:
+        return None
+    aliased = (base,)
+    return _short_effect((), dict.fromkeys(range(len(multi)) if multi is not None else (EACH,), aliased))
 
 
 def _mutator_effect(se: _SchemaEffect, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Effect:
@@ -1216,8 +1252,8 @@ class EffectTable:
         when its template takes a short way (:func:`_short_way`: a *plain* op, one fresh tensor
         result, nothing written; a *view* op, its one result aliasing its first argument; a
         *mutator*, nothing returned, declared writes only; a *view-or-copy* op the trace recorded
-        as a view; an *in-place* op, its first argument written and returned), as :meth:`effect`
-        gives it; None for
+        as a view; an *in-place* op, its first argument written and returned; a *list-view* op,
+        each element of its result a view of its first argument), as :meth:`effect` gives it; None for
         any other node (and a template not computed yet). The analysis's short way for the most
         common calls, without :meth:`effect`'s dispatch.
         """
@@ -1226,7 +1262,7 @@ class EffectTable:
         if hit is None or (self._op_rules and op in self.rules):
             return None
         se = hit[1]
-        if not (se.plain or se.view or se.mutator or se.view_or_copy or se.inplace):
+        if not (se.plain or se.view or se.mutator or se.view_or_copy or se.inplace or se.list_view):
             return None
         args, kwargs = node.args, node.kwargs
         # (_matches_schema, inlined: this runs for most nodes of every analysis)

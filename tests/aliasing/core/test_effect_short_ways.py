@@ -1,15 +1,19 @@
-"""The short ways through ``schema_effect`` (plain, view, mutator and traced-view ops) give exactly the general rules' effects.
+"""The short ways through ``schema_effect`` (plain, view, mutator, in-place, list-view and traced-view ops) give exactly the general rules' effects.
 
 ``aliasing.core.effects`` computes each overload's template once and sends calls
-of three kinds of op a short way: *plain* ops (one fresh tensor result, nothing
+of five kinds of op a short way: *plain* ops (one fresh tensor result, nothing
 written, no alias annotation, no hidden effect: ``mm``, ``softmax``, ``clone``),
 *view* ops whose one result aliases their first argument only (``view``,
-``t``, ``slice``, ``expand``) and *mutators*, which return nothing and write
-arguments they declare (custom in-place kernels, ``_foreach_add_``); and calls of
+``t``, ``slice``, ``expand``), *mutators*, which return nothing and write
+arguments they declare (custom in-place kernels, ``_foreach_add_``), *in-place*
+ops (``add_``, ``copy_``) and *list-view* ops, whose ``Tensor[]`` result's
+elements are views of their first argument (``split``, ``unbind``; a call
+passing another tensor, ``tensor_split``'s indices, takes the general way); and calls of
 *view-or-copy* ops (``reshape``, ``contiguous``) that the trace recorded as views
 take the view ops' way (a recorded copy takes the general one). Here every
 call node of many graphs (drawn fuzzer programs, the benchmark decoders, a
-program of views passed by keyword, a program of mutators and a graph whose
+program of views passed by keyword, a program of mutators, one of list views
+with and without metadata, and a graph whose
 fake tensors show a "fresh" result in its argument's storage) gets its effect
 both ways, the general one with the short ways switched off in the template,
 and the two must be equal field by field.
@@ -23,6 +27,7 @@ and per storage, must be the same with the short ways switched off.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -51,7 +56,7 @@ def _general(node: torch.fx.Node, op: torch._ops.OpOverload, cache: FactsCache, 
     """The effect by the general rules: the op's template with every short way off (put where
     ``schema_effect`` looks templates up, by the op's identity)."""
     template = dataclasses.replace(
-        effects._schema_effect(op), plain=False, view=False, mutator=False, view_or_copy=False, inplace=False
+        effects._schema_effect(op), plain=False, view=False, mutator=False, view_or_copy=False, inplace=False, list_view=False
     )
     with monkeypatch.context() as m:
         m.setitem(effects._TEMPLATES, id(op), (op, template))
@@ -62,7 +67,7 @@ def _general(node: torch.fx.Node, op: torch._ops.OpOverload, cache: FactsCache, 
 
 def _compare(graph: torch.fx.Graph, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Compare both ways on every op call of ``graph``; count the calls that took each short way."""
-    taken = {"plain": 0, "view": 0, "mutator": 0, "view_or_copy": 0, "inplace": 0}
+    taken = {"plain": 0, "view": 0, "mutator": 0, "view_or_copy": 0, "inplace": 0, "list_view": 0}
     cache = FactsCache()
     for node, op in _calls(graph):
         template = effects._schema_effect(op)
@@ -74,6 +79,7 @@ def _compare(graph: torch.fx.Graph, monkeypatch: pytest.MonkeyPatch) -> dict[str
         taken["mutator"] += template.mutator
         taken["view_or_copy"] += template.view_or_copy
         taken["inplace"] += template.inplace
+        taken["list_view"] += template.list_view
     return taken
 
 
@@ -128,14 +134,23 @@ def test_templates_name_the_short_ways() -> None:
         torch.ops.aten._foreach_add.Scalar,  # writes nothing
     ):
         assert not t(op).mutator, op
+    for op in (torch.ops.aten.split.Tensor, torch.ops.aten.split_with_sizes.default, torch.ops.aten.unbind.int, torch.ops.aten.chunk.default):
+        assert t(op).list_view and not (t(op).plain or t(op).view or t(op).mutator or t(op).inplace), op
+    for op in (
+        torch.ops.aten.unsafe_split.Tensor,  # no alias annotation: fresh results
+        torch.ops.aten.t.default,  # one result
+        torch.ops.aten.native_batch_norm.default,  # three results, hidden writes
+        torch.ops.aten._foreach_add.Scalar,  # a list of fresh results
+    ):
+        assert not t(op).list_view, op
 
 
 def test_benchmark_decoders(monkeypatch: pytest.MonkeyPatch) -> None:
-    taken = {"plain": 0, "view": 0, "mutator": 0, "view_or_copy": 0, "inplace": 0}
+    taken = {"plain": 0, "view": 0, "mutator": 0, "view_or_copy": 0, "inplace": 0, "list_view": 0}
     for gm in (build_shared_weight_graph(2)[0], build_transformer_graph(2)[0]):
         for k, v in _compare(gm.graph, monkeypatch).items():
             taken[k] += v
-    assert taken["plain"] > 0 and taken["view"] > 0 and taken["mutator"] > 0  # every way was taken
+    assert taken["plain"] > 0 and taken["view"] > 0 and taken["mutator"] > 0 and taken["list_view"] > 0
 
 
 def test_views_by_keyword_and_extra_tensor_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -150,6 +165,54 @@ def test_views_by_keyword_and_extra_tensor_arguments(monkeypatch: pytest.MonkeyP
     gm = make_fx(f, tracing_mode="fake")(torch.randn(4, 3), torch.randn(4, 3))
     taken = _compare(gm.graph, monkeypatch)
     assert taken["view"] >= 4 and taken["plain"] >= 2
+
+
+def _list_views(x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+    a, b, c = x.split(2, dim=-1)
+    d, e = torch.ops.aten.split_with_sizes.default(self=y, split_sizes=[1, 3])  # by keyword
+    f, g = x.clone().chunk(2)  # (traced as a split)
+    rows = y.unbind(0)
+    a.add_(1)  # a view of x written: the other views overlap it or not
+    return [b * 2, c, d + e.sum(), f, g.relu(), rows[3] * 3]
+
+
+@pytest.mark.filterwarnings("ignore::aliasing.errors.MissingMetadataWarning")  # (stripped on purpose)
+def test_list_views(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aliasing import DEFAULT_EFFECTS
+
+    gm = make_fx(_list_views, tracing_mode="fake")(torch.randn(4, 6), torch.randn(4, 4))
+    taken = _compare(gm.graph, monkeypatch)
+    assert taken["list_view"] == 4, taken
+    cache = FactsCache()
+    assert all(DEFAULT_EFFECTS.short_effect(n, cache) for n, op in _calls(gm.graph) if effects._schema_effect(op).list_view)
+    _analysis_both_ways(gm)
+    # Without the trace's lists (metadata stripped from the views and their elements): each
+    # element of the result, both ways.
+    for n, op in list(_calls(gm.graph)):
+        if effects._schema_effect(op).list_view:
+            del n.meta["val"]
+            for user in n.users:
+                user.meta.pop("val", None)
+    _compare(gm.graph, monkeypatch)
+    _analysis_both_ways(gm)
+
+
+@pytest.mark.filterwarnings("ignore::aliasing.errors.MissingMetadataWarning")  # (stripped on purpose)
+def test_a_list_view_passed_another_tensor_takes_the_general_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    # tensor_split's indices as a tensor: its template is a list view, its call is not.
+    op = torch.ops.aten.tensor_split.tensor_indices_or_sections
+    assert effects._schema_effect(op).list_view
+    traced = make_fx(lambda x, i: x * 2, tracing_mode="fake")(torch.randn(4, 6), torch.tensor([1]))
+    g = traced.graph
+    x, idx = [n for n in g.nodes if n.op == "placeholder"]
+    with g.inserting_before(next(iter(g.find_nodes(op="output")))):
+        split = g.call_function(op, (x, idx))
+        first = g.call_function(operator.getitem, (split, 0))
+        first_used = g.call_function(torch.ops.aten.add_.Tensor, (first, 1))
+    assert effects.SCHEMA_EFFECTS.short_effect(split, FactsCache()) is None
+    assert first_used.args[0] is first
+    _compare(g, monkeypatch)
+    _analysis_both_ways(traced)
 
 
 def test_a_fresh_result_in_its_arguments_storage_aliases_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -330,7 +393,7 @@ def test_model_graphs_take_the_short_ways_exactly(monkeypatch: pytest.MonkeyPatc
     # Real export graphs: reshape, contiguous and flatten recorded as views and as copies among them.
     from benchmarks.models import MODELS, capture_export
 
-    taken = {"plain": 0, "view": 0, "mutator": 0, "view_or_copy": 0, "inplace": 0}
+    taken = {"plain": 0, "view": 0, "mutator": 0, "view_or_copy": 0, "inplace": 0, "list_view": 0}
     for name in MODELS:
         gm = capture_export(name)
         for k, v in _compare(gm.graph, monkeypatch).items():
