@@ -173,7 +173,7 @@ def _list_views(x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
     f, g = x.clone().chunk(2)  # (traced as a split)
     rows = y.unbind(0)
     a.add_(1)  # a view of x written: the other views overlap it or not
-    return [b * 2, c, d + e.sum(), f, g.relu(), rows[3] * 3]
+    return [b * 2, c, d + e.sum(), f, g.relu(), rows[3] * 3, (e * 2).clone()]  # (the last clone: removable)
 
 
 @pytest.mark.filterwarnings("ignore::aliasing.errors.MissingMetadataWarning")  # (stripped on purpose)
@@ -323,7 +323,7 @@ def test_in_place_ops(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_new_short_ways_against_real_runs() -> None:
-    # The analysis of the in-place and view-or-copy programs misses no alias, overlap or writer of
+    # The analysis of the in-place, view-or-copy and list-view programs misses no alias, overlap or writer of
     # a real run, and the clone elimination that queries it removes the clone that may go and keeps
     # outputs, input mutations and aliasing of the original program, on the same real inputs.
     import aliasing
@@ -337,6 +337,7 @@ def test_new_short_ways_against_real_runs() -> None:
     programs = [
         (make_fx(_in_place, tracing_mode="fake")(torch.randn(4, 4), torch.randn(4, 4)), inputs(4, 4)),
         (_views_or_copies(), inputs(4, 3)),
+        (make_fx(_list_views, tracing_mode="fake")(torch.randn(4, 6), torch.randn(4, 4)), lambda: [torch.randn(4, 6), torch.randn(4, 4)]),
     ]
     for program, make in programs:
         check_analysis(aliasing.analyze(program), program, make())
