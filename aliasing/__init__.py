@@ -27,7 +27,7 @@ docs/DESIGN.md refers to it); nothing here imports :mod:`rewrite`.
 2. core.roles, core.regions, core.hidden_effects, core.resolve, core.layout_divergences, verification.time_limit: boundary roles, byte regions, tables, the audits' per-sample time limit
 3. core.facts, core.target, core.registry, verification.campaign: what node metadata says; what the caller passed, validated; how each ATen overload's effects are known; campaigns of work items (worker processes, shards, resumable results, Ray) for the audits and the soak
 4. core.effects: the rule table, one effect per op, with a conservative default
-5. core.subgraphs: control-flow rules, given the analysis entry point (they do not import it)
+5. core.subgraphs, core.fake_values: control-flow rules, given the analysis entry point (they do not import it); fake values computed as torch does, re-propagated where a loaded program lost storage identity
 6. core.analysis: ``analyze`` and the immutable ``AliasAnalysis``; ``DEFAULT_EFFECTS``
 7. pictures.storage_graph, verification.oracle, verification.layout_audit: the networkx graph of an analysis and its DOT picture; real-execution checks of one; meta and fake layouts against eager
 8. verification.audit.ops, pictures.timeline: which ops the effects audit over PyTorch's operator database runs, and its work items; the storage timeline picture
@@ -61,6 +61,7 @@ from aliasing.core.analysis import (
     with_control_flow,
 )
 from aliasing.core.effects import Effect, EffectTable
+from aliasing.core.fake_values import UntrustedMetadataWarning, restore_storage_identity
 from aliasing.core.regions import Region, regions_may_overlap
 from aliasing.core.roles import UNKNOWN_STORAGE, Role
 from aliasing.errors import AliasingError, InvalidTargetError, NodeError, UnknownNodeError
@@ -85,12 +86,14 @@ __all__ = [
     "StorageInfo",
     "Timeline",
     "UnknownNodeError",
+    "UntrustedMetadataWarning",
     "analyze",
     "build_storage_graph",
     "graphviz_available",
     "plot_timeline",
     "regions_may_overlap",
     "render_dot",
+    "restore_storage_identity",
     "save_timeline",
     "storage_timeline",
     "timeline_svg",

@@ -26,8 +26,10 @@ generated code (``run_and_get_code``) is read for *copies*:
   writes a copy of its input with a region replaced), with no arithmetic on
   the loaded data; or a value the same kernel also stores elsewhere (a
   second materialization of one value, how a clone fused with its producer
-  looks). Its bytes are the buffer's allocation size. Wrapper-level
-  ``bufN.copy_(...)`` and ``aten.clone`` count too;
+  looks). A bitcast (how a kernel reads a dtype view: ``c10::bit_cast``, or a
+  vectorized kernel's scalar fallback over local arrays) keeps the data: a
+  copy through one is a copy. Its bytes are the buffer's allocation size.
+  Wrapper-level ``bufN.copy_(...)`` and ``aten.clone`` count too;
 - a **copy into existing memory**: the same kind of kernel writing a buffer it
   did not allocate (an earlier buffer, a view of it); its bytes are the
   elements the kernel's loops store. A copy into a graph input is a
@@ -86,7 +88,23 @@ PROGRAM_NAMES: tuple[str, ...] = (
     "views_overlap_intermediate",
     "views_overlap_input",
     "input_view_mutation_reads_clone",
+    "int32_view_of_row",
+    "fp8_view_of_pool_row",
+    "int32_view_of_input",
+    "int32_view_then_row",
+    "two_ops_reader_between",
+    "old_value_cloned",
+    "view_as_real_row",
 )
+
+#: Custom-op programs compiled under some functionalization versions only, and why.
+ONLY_VERSIONS: dict[str, tuple[tuple[str, ...], str]] = {
+    "view_as_real_row": (
+        ("v1",),
+        "version 2 records the op's view of a complex base without its dtype: "
+        "Inductor 2.13 fails to compile it, with or without the pass",
+    ),
+}
 
 #: Programs where region precision matters (the "strictly fewer" targets), by version.
 PRECISION_TARGETS: tuple[tuple[str, str], ...] = (
@@ -111,12 +129,12 @@ def _load(name: str, filename: str) -> ModuleType:
 
 def load_test_programs() -> ModuleType:
     """Import ``tests/rewrite/adapters/test_inductor.py`` (the custom-op programs and their inputs) by path."""
-    return _load("fx_aliasing_test_inductor_programs", "test_inductor.py")
+    return _load("fx_aliasing_test_inductor_programs", "rewrite/adapters/test_inductor.py")
 
 
 def load_guard_programs() -> ModuleType:
     """Import ``tests/rewrite/guard/test_inductor_guard.py`` (``PROGRAMS``, the harness) by path."""
-    return _load("fx_aliasing_test_inductor_guard_programs", "test_inductor_guard.py")
+    return _load("fx_aliasing_test_inductor_guard_programs", "rewrite/guard/test_inductor_guard.py")
 
 
 def program_inputs(module: ModuleType, name: str) -> Callable[[], list[torch.Tensor]]:
@@ -132,9 +150,17 @@ def program_inputs(module: ModuleType, name: str) -> Callable[[], list[torch.Ten
         "shared_kv_pool": ((2, 4, 8), (4, 8), (4, 8)),
         "transposed_clone_row_mutated": ((3, 4),),
         "old_value_read_after": ((8,),),
+        "int32_view_of_row": ((3, 4),),
+        "int32_view_of_input": ((8,),),
+        "int32_view_then_row": ((3, 4),),
+        "two_ops_reader_between": ((8,),),
+        "old_value_cloned": ((8,),),
+        "view_as_real_row": ((3, 8),),
     }
     if name == "qkv_rotary":
         return module.rotary_inputs  # type: ignore[no-any-return]
+    if name == "fp8_view_of_pool_row":
+        return module.uint8_pool  # type: ignore[no-any-return]
     if name in shapes:
         return module.randn(*shapes[name])  # type: ignore[no-any-return]
     return module.arange6  # type: ignore[no-any-return]
@@ -146,8 +172,15 @@ def program_inputs(module: ModuleType, name: str) -> Callable[[], list[torch.Ten
 _KERNEL = re.compile(r"^(\w+) = async_compile\.cpp_pybinding\(\[[^\]]*\], r'''(.*?)'''\)", re.S | re.M)
 _SIGNATURE = re.compile(r'extern "C"\s+void\s+kernel\((.*?)\)', re.S)
 _DEF = re.compile(r"^\s*auto (tmp\d+) = (.*?);\s*$")
-_LAMBDA = re.compile(r"^\s*auto (tmp\d+) = \[&\]\s*$")
+#: A value computed by a lambda on the lines that follow (``auto tmpN = [&]``, or ``auto tmpN =`` then ``[&]()``).
+_LAMBDA = re.compile(r"^\s*auto (tmp\d+) =(?:\s*\[&\])?\s*$")
 _RETURN = re.compile(r"^\s*return (tmp\d+);\s*$")
+# A vectorized kernel's scalar fallback (a bitcast, how a dtype view is read): the vector is stored into a
+# local array, each element reinterpreted into another, which is loaded back as the lambda's value.
+_LOCAL_STORE = re.compile(r"\b(tmp\d+)\.store\((tmpbuf\w*)\.data\(\)")
+_LOCAL_ELEMENT = re.compile(r"^\s*(tmpbuf\w*)\[\w+\]\s*=\s*(.*?);\s*$")
+_LOCAL_READ = re.compile(r"^(?:c10::bit_cast<.+>\()?(tmpbuf\w*)\[\w+\]\)?$")
+_LOCAL_RETURN = re.compile(r"^\s*return\s+at::vec::\w+<.+?>::loadu\((tmpbuf\w*)\.data\(\)")
 _VEC_STORE = re.compile(r"\b(tmp\d+)\.store\((\w+)\s*\+")
 _SCALAR_STORE = re.compile(r"\b(\w+_ptr\d+)\[[^\]]*\]\s*=\s*(.*?);\s*$")
 _FOR = re.compile(r"^\s*for\s*\(\s*int64_t\s+(\w+)\s*=\s*(.*?);\s*\w+\s*<\s*(.*?);")
@@ -157,9 +190,10 @@ _TMP = re.compile(r"\btmp\d+\b")
 _SELECT = re.compile(r"^\s*(tmp\d+)\s*\?\s*(.+?)\s*:\s*(.+?)\s*$")
 _BLEND = re.compile(r"::blendv\(\s*(tmp\d+)\s*,\s*(tmp\d+)\s*,\s*(tmp\d+)")
 _WRAP = re.compile(
-    r"^\s*(?:at::vec::Vectorized(?:N)?<[^>]*>\((tmp\d+)\)|(tmp\d+)\(\)|static_cast<[\w:]+>\((tmp\d+)\)|(tmp\d+))\s*$"
-)
-_REINTERPRET = re.compile(r"^reinterpret_tensor\((\w+)")
+    r"^\s*(?:at::vec::Vectorized(?:N)?<[^>]*>\((tmp\d+)\)|(tmp\d+)\(\)|static_cast<[\w:]+>\((tmp\d+)\)"
+    r"|c10::bit_cast<.+>\((tmp\d+)\)|(tmp\d+))\s*$"
+)  # the same data: a vector of a scalar, a lambda's value, a conversion, a bitcast (a dtype view), a name
+_REINTERPRET = re.compile(r"^(?:reinterpret_tensor|aten\.view\.dtype)\((\w+)")  # a view of a buffer
 _BUFFER = re.compile(r"^\s*(buf\d+) = empty_strided_\w+\((.*)\)\s*$", re.M)
 _INPUT = re.compile(r"assert_size_stride\((arg\w+), \(([^)]*)\), \(([^)]*)\)")
 _WRAPPER_COPY = re.compile(r"^\s*(buf\d+)\.copy_\((\w+)", re.M)
@@ -168,7 +202,9 @@ _WRAPPER_CLONE = re.compile(r"^\s*(buf\d+) = (?:torch\.ops\.)?aten\.clone(?:\.de
 #: Element size of the C types of kernel parameters.
 _CTYPE_SIZE = {
     "double": 8, "float": 4, "int64_t": 8, "uint64_t": 8, "int32_t": 4, "uint32_t": 4, "int16_t": 2,
-    "uint16_t": 2, "int8_t": 1, "uint8_t": 1, "bool": 1, "half": 2, "bfloat16": 2,
+    "uint16_t": 2, "int8_t": 1, "uint8_t": 1, "bool": 1, "half": 2, "bfloat16": 2, "at::Half": 2,
+    "at::BFloat16": 2, "at::Float8_e4m3fn": 1, "at::Float8_e5m2": 1, "at::Float8_e4m3fnuz": 1,
+    "at::Float8_e5m2fnuz": 1, "at::complex<at::Half>": 4, "at::complex<float>": 8, "at::complex<double>": 16,
 }
 
 
@@ -280,9 +316,17 @@ def kernel_copies(kernel_src: str) -> KernelCopies:
         if (lm := _LAMBDA.match(line)) is not None:
             lambdas.append(lm.group(1))
             continue
-        if lambdas and (rm := _RETURN.match(line)) is not None:
+        if lambdas and (rm := _RETURN.match(line) or _LOCAL_RETURN.match(line)) is not None:
             v = defs.get(rm.group(1), _Val(False, False, uid))
             defs[lambdas.pop()] = _Val(v.data, v.computed, uid)
+            continue
+        if (ls := _LOCAL_STORE.search(line)) is not None:
+            defs[ls.group(2)] = defs.get(ls.group(1), _Val(False, True, uid))
+            continue
+        if (le := _LOCAL_ELEMENT.match(line)) is not None:
+            read = _LOCAL_READ.match(le.group(2).strip())
+            held = defs.get(read.group(1)) if read else None  # an element, or its bitcast: the same data
+            defs[le.group(1)] = _Val(held.data, held.computed, uid) if held else _Val(True, True, uid)
             continue
         if (dm := _DEF.match(line)) is not None:
             defs[dm.group(1)] = _classify(dm.group(2), defs, uid)
@@ -533,7 +577,8 @@ def run(names: Sequence[str] | None, versions: Sequence[str], sets: Sequence[str
             if names and name not in names:
                 continue
             p = Program(name, getattr(module, name), program_inputs(module, name), (), "custom-op")
-            selected.extend((p, v, v == "v2") for v in versions)
+            allowed = ONLY_VERSIONS.get(name, (("v1", "v2"), ""))[0]
+            selected.extend((p, v, v == "v2") for v in versions if v in allowed)
     if "guard" in sets:
         for p in guard_module.PROGRAMS:
             if names and p.name not in names:

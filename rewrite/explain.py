@@ -503,7 +503,9 @@ def explain(
     name: str = "program",
     phase: Phase = _quiet,
 ) -> Explanation:
-    """Analyse ``program`` and eliminate the clones of a copy of it; ``program`` is left unchanged.
+    """Analyse ``program`` and eliminate the clones of a copy of it; ``program`` is left unchanged
+    (but for its fake values, propagated again where a program loaded from its ``.pt2`` lost
+    their storage identity: :func:`aliasing.restore_storage_identity`).
 
     Parameters
     ----------

@@ -54,10 +54,11 @@ from aliasing.core.effects import (
     unknown_effect,
 )
 from aliasing.core.facts import FactsCache, TensorFacts, facts_of_value, is_tensor_meta
+from aliasing.core.fake_values import identity_restored, restore_storage_identity
 from aliasing.core.regions import Region, regions_may_overlap
 from aliasing.core.roles import UNKNOWN_STORAGE, Role
 from aliasing.core.subgraphs import tie_control_flow
-from aliasing.core.target import Target, resolve_target
+from aliasing.core.target import OFFSET_UNKNOWN, Target, resolve_target
 from aliasing.errors import MissingMetadataWarning, NoAtenOpsWarning, UnknownNodeError, describe_node
 
 __all__ = [
@@ -175,6 +176,7 @@ class _Builder:
         self._identity: bool | None = None
         self._liars: set[torch.fx.Node] = set()  # calls of ops whose fake kernels lie (run's scan)
         self._lying_sources: dict[torch.fx.Node, torch.fx.Node] | None = None  # lying_source's map, made once
+        self.offset_unknown: list[torch.fx.Node] | None = None  # inputs of unknown storage offset (unknown_offset)
 
     # -- storages -------------------------------------------------------------
     def new_storage(self, role: Role, origin: torch.fx.Node, note: str = "") -> int:
@@ -206,16 +208,22 @@ class _Builder:
                 return facts
         return None
 
-    def copied(self, node: torch.fx.Node, srcs: Iterable[torch.fx.Node]) -> bool:
-        """Whether a result its schema lets alias ``srcs`` (``contiguous``, ``reshape``, ``to``) is a copy.
+    def copied(self, node: torch.fx.Node, srcs: Iterable[torch.fx.Node], key: object = SINGLE) -> bool:
+        """Whether a result that may alias ``srcs`` is a copy: a view-or-copy op (``contiguous``,
+        ``reshape``, ``to``; their schemas let the result alias) or an ATen op whose undeclared
+        results the storage-sharing audit did not confirm fresh (``einsum``, ``sum_to_size``).
 
-        The trace recorded a copy (the result's fake tensor is in a storage of its
-        own; :attr:`Effect.copies`), and the metadata is trustworthy:
+        The trace recorded a copy (output ``key``'s fake tensor is in a storage of its
+        own; :attr:`Effect.copies`), and that record holds for every run the program can have:
 
         - the graph's fake tensors keep storage identity (a view or an in-place
           result shares its argument's fake storage somewhere in the graph;
           programs loaded with ``torch.export.load`` and ``make_fx`` traces in real
           mode give every value a storage of its own, and stay conservative);
+        - the result's and every source's sizes, strides and offset are plain ints:
+          where they are symbolic the trace decided at the example size, and the same
+          op may return a view at another (``reshape`` of a transposed ``(n, 4)`` is a
+          view of its argument at ``n == 1``, a copy above);
         - every source has layout facts the analysis trusts (one known storage,
           its own fake tensor), and none is computed from an op whose fake kernel
           the layout audit caught laying results out otherwise than eager
@@ -226,20 +234,27 @@ class _Builder:
         """
         if not self.keeps_storage_identity():
             return False
+        if key is SINGLE:
+            result = self.cache.tensor(node)
+        else:
+            multi = self.cache.outputs(node)
+            result = multi[key] if multi is not None and type(key) is int and 0 <= key < len(multi) else None
+        if result is None or result.plain_layout is None:
+            return False
         for s in srcs:
             own = self.cache.tensor(s)
             bound = self.facts.get(s)
             if s not in self.exact or own is None or bound is None or bound.storage_key != own.storage_key:
                 return False
-            if self.lying_source(s) is not None:
+            if own.plain_layout is None or self.lying_source(s) is not None:
                 return False
-        return recomputed_copy(node)
+        return recomputed_copy(node, key)
 
     def keeps_storage_identity(self) -> bool:
         """Whether some always-aliasing op's fake tensor lives in its argument's fake storage (computed once)."""
         if self._identity is None:
-            self._identity = False
-            for n in self.target.graph.nodes:
+            self._identity = identity_restored(self.target.graph)
+            for n in () if self._identity else self.target.graph.nodes:
                 op = n.target
                 if n.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or not n.args:
                     continue
@@ -511,6 +526,10 @@ class _Builder:
         if multi is not None or effect.outputs:
             keys = list(effect.outputs) if effect.outputs else list(range(len(multi or [])))
             outs: dict[object, frozenset[int]] = {}
+            copied = [k for k in effect.copies if effect.outputs.get(k) and self.copied(node, effect.outputs[k], k)]
+            if copied:  # results the trace recorded as copies, trusted (see copied): fresh memory
+                effect = replace(effect, outputs={**effect.outputs, **dict.fromkeys(copied, ())}, note="copies (see AliasAnalysis)")
+                self.effect_of[node] = effect
             for k in keys:
                 srcs = effect.outputs.get(k, ())
                 outs[k] = frozenset(self._union(srcs)) if srcs else self._fresh(node)
@@ -762,6 +781,41 @@ class AliasAnalysis:
         """
         return self._b.lying_source(self._node(n))
 
+    def unknown_offset(self, n: NodeRef) -> torch.fx.Node | None:
+        """An input whose storage ``n`` may share and whose recorded storage offset may not be its
+        offset in a run, or None: where it is not None, ``n``'s recorded offset proves nothing.
+
+        Such inputs are the user inputs of an ``ExportedProgram`` (its module checks their sizes,
+        not their offsets) and the placeholders marked :data:`aliasing.core.target.OFFSET_UNKNOWN`
+        (a program loaded from its ``.pt2`` records every input at offset 0).
+
+        Example
+        -------
+        >>> import io, torch
+        >>> from aliasing import analyze
+        >>> class M(torch.nn.Module):
+        ...     def forward(self, x):
+        ...         return x[1:].clone(), (x * 2).clone()
+        >>> buf = io.BytesIO()
+        >>> torch.export.save(torch.export.export(M(), (torch.randn(3)[1:],)), buf)
+        >>> _ = buf.seek(0)
+        >>> a = analyze(torch.export.load(buf))
+        >>> [getattr(a.unknown_offset(n), "name", None) for n in ("slice_1", "mul")]
+        ['x', None]
+        """
+        flagged = self._b.offset_unknown
+        if flagged is None:
+            target = self._b.target
+            flagged = self._b.offset_unknown = [
+                p
+                for p in target.graph.find_nodes(op="placeholder")
+                if p.meta.get(OFFSET_UNKNOWN) or p.name in target.offset_unknown
+            ]
+        if not flagged:
+            return None
+        node = self._node(n)
+        return next((p for p in flagged if self.may_alias(node, p)), None)
+
     def is_unknown(self, n: NodeRef) -> bool:
         """True when ``n`` is an op the analysis treats as opaque."""
         e = self._b.effect_of.get(n) if type(n) is torch.fx.Node else None  # (the common case, at once)
@@ -896,6 +950,9 @@ def analyze(
     (True, 'user_input')
     """
     resolved = target if isinstance(target, Target) else resolve_target(target, donated_inputs)
+    if resolved is not target:
+        # A program loaded from its .pt2 gets its fake values propagated again (aliasing.core.fake_values).
+        restore_storage_identity(resolved.module, resolved.graph)
     builder = _Builder(resolved, effects if effects is not None else DEFAULT_EFFECTS)
     for counter in _COUNTERS:
         counter.count += 1

@@ -7,9 +7,14 @@ means a fresh allocation). The rules:
 - ``OpOverload`` (ATen and custom ops): the schema's alias annotations.
   ``Tensor(a!)`` arguments are written (``out=`` too, by keyword or position);
   ``Tensor(a)`` returns alias the arguments of the same alias set; a return
-  without annotation is fresh, unless the fake tensors show that the traced
-  output shares the storage of an argument (``aten._unsafe_view``), in which
-  case it aliases that argument. Pure view ops read no data (their users
+  without annotation is fresh where the schema can be trusted (a custom op's, or
+  an ATen op's that the storage-sharing audit of the installed release confirmed:
+  :func:`aliasing.core.registry.fresh_confirmed`), unless the fake tensors show
+  that the traced output shares the storage of an argument, in which case it
+  aliases that argument. An ATen op the audit did not confirm (``einsum``,
+  ``unsafe_split``, ``dequantize``...) may return any of its tensor arguments or
+  a view of one: the analysis takes its result as fresh only where
+  :meth:`aliasing.AliasAnalysis.copied` trusts a recorded copy. Pure view ops read no data (their users
   do); metadata-only ops (``sym_size``, ``sym_stride``, ``sym_numel``,
   ``sym_storage_offset``) read nothing; every other op reads every tensor
   argument.
@@ -54,7 +59,7 @@ import torch.fx
 from aliasing.core.facts import FactsCache, TensorFacts, is_tensor_meta, known_equal, meta_value, plain_ints
 from aliasing.core.hidden_effects import HIDDEN_EFFECTS
 from aliasing.core.layout_divergences import fake_layout_divergent
-from aliasing.core.registry import classify
+from aliasing.core.registry import classify, fresh_confirmed
 from aliasing.core.resolve import INPLACE_OPERATORS, PURE_OPERATORS, SCALAR_FUNCTIONS, resolve_overload
 
 __all__ = [
@@ -71,6 +76,7 @@ __all__ = [
     "metadata_written",
     "mutates_metadata",
     "recomputed_copy",
+    "rests_on_identity",
     "scan_calls",
     "tensor_nodes",
     "unknown_effect",
@@ -276,6 +282,10 @@ class _SchemaEffect:
     #: the layout audit caught the op's fake kernel laying results out otherwise than eager
     #: (:func:`aliasing.core.layout_divergences.fake_layout_divergent`)
     fake_divergent: bool = False
+    #: an ATen op whose schema declares fresh results that the storage-sharing audit of this
+    #: release did not confirm (:func:`aliasing.core.registry.fresh_confirmed`): each tensor result
+    #: may alias every tensor argument, and every tensor argument is read
+    undeclared: bool = False
 
 
 #: Templates by ``id(op)`` (the op is kept alive in the value, so its id is not reused).
@@ -313,6 +323,13 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
     tensor_args = tuple(i for i, a in enumerate(schema.arguments) if "Tensor" in str(a.type))
     out_sets = tuple(frozenset(o.alias_set) for o in info.outs)
     out_args = tuple(tuple(i for i in tensor_args if arg_sets[i] & o) for o in out_sets)
+    # The one trust rule for undeclared results (docs/DESIGN.md, "The memory model"): an ATen
+    # op's unannotated result is fresh only where the storage-sharing audit confirmed it.
+    undeclared = (
+        registry.kind == "pure" and schema.name.startswith("aten::") and bool(out_sets) and not fresh_confirmed(name)
+    )
+    if undeclared:
+        out_args = tuple(tensor_args if "Tensor" in str(r.type) else () for r in returns)
     metadata_only = name in METADATA_ONLY or schema.name in METADATA_ONLY
     unclassified = registry.kind == "unclassified" and schema.name.startswith("aten::")
     may_write = any(arg_writes) or any(hidden_writes)
@@ -387,6 +404,7 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
         inplace=inplace,
         list_view=list_view,
         fake_divergent=fake_layout_divergent(str(op)),
+        undeclared=undeclared,
     )
 
 
@@ -576,7 +594,7 @@ def schema_effect(node: torch.fx.Node, facts: FactsCache, op: torch._ops.OpOverl
     outputs: dict[object, Sources] = {}
     facts_per_key = _declared_outputs(se, node, facts, passed, outputs)
     pure_view = not writes and bool(outputs) and all(outputs.values())
-    read_aliased: set[torch.fx.Node] = set()
+    read_aliased: set[torch.fx.Node] = set(all_tensors) if se.undeclared and not se.never_copies else set()
     copies: list[object] = []
     _apply_trace_evidence(se, node, facts, all_tensors, pure_view, facts_per_key, outputs, read_aliased, copies)
     return Effect(
@@ -894,6 +912,14 @@ def fake_kernel_lies(op: torch._ops.OpOverload) -> bool:
     return _schema_effect(op).fake_divergent
 
 
+def rests_on_identity(op: torch._ops.OpOverload) -> bool:
+    """Whether a call of ``op`` may take fresh memory only on the trace's storage identity: a
+    view-or-copy op (``reshape``, ``contiguous``) or an ATen op whose undeclared results the
+    storage-sharing audit did not confirm fresh (``einsum``)."""
+    se = _schema_effect(op)
+    return se.undeclared or se.view_or_copy
+
+
 def always_aliases_first(op: torch._ops.OpOverload) -> bool:
     """True for an op whose one result is always its first argument or a view of it
     (``view``, ``t``, ``slice``...; in-place ops such as ``add_``)."""
@@ -904,20 +930,21 @@ def always_aliases_first(op: torch._ops.OpOverload) -> bool:
     return len(first) == 1 and first[0] == 0 and (se.never_copies or se.arg_writes[0])
 
 
-def recomputed_copy(node: torch.fx.Node) -> bool:
-    """Whether the op of ``node``, run again on its arguments' fake tensors, returns fresh memory.
+def recomputed_copy(node: torch.fx.Node, key: object = SINGLE) -> bool:
+    """Whether the op of ``node``, run again on its arguments' fake tensors, returns fresh memory
+    for output ``key`` (:data:`SINGLE`, or the position in a tuple or list result).
 
     For ops that return a view or a copy depending on the layout (``contiguous``,
-    ``reshape``, ``to``, ``flatten``, ``type_as``...): the fake kernel decides the
-    same way the real one does, from the arguments' recorded layouts. Running it on
-    the arguments' *current* metadata, rather than reading the result's recorded
-    storage, keeps the answer right after a rewrite replaced an argument (the
-    result's metadata then describes the old argument). False when it cannot be
-    run: an argument without a fake tensor (real tensors in ``meta['val']`` are
-    never run), an op that raises, a layout that would need a new guard on
-    symbolic sizes (evaluated from the example sizes, without recording the guard,
-    and confirmed by the trace's own answer, which the caller checks), or a tracing
-    mode that is active.
+    ``reshape``, ``to``, ``flatten``, ``type_as``...) and for ATen ops whose
+    undeclared results the storage-sharing audit did not confirm fresh (``einsum``):
+    the fake kernel decides the same way the real one does, from the arguments'
+    recorded layouts. Running it on the arguments' *current* metadata, rather than
+    reading the result's recorded storage, keeps the answer right after a rewrite
+    replaced an argument (the result's metadata then describes the old argument).
+    False when it cannot be run: an argument without a fake tensor (real tensors in
+    ``meta['val']`` are never run), an op that raises, or a tracing mode that is
+    active. The caller answers for symbolic sizes before asking (a re-run answers for
+    the example sizes only).
     """
     op = node.target
     if not isinstance(op, torch._ops.OpOverload):
@@ -936,6 +963,8 @@ def recomputed_copy(node: torch.fx.Node) -> bool:
             missing = True
         elif isinstance(v, FakeTensor):
             fakes.append(v)
+        elif isinstance(v, (list, tuple)):
+            fakes.extend(x for x in v if isinstance(x, FakeTensor))
         return v
 
     args = torch.fx.node.map_aggregate(node.args, value)
@@ -946,19 +975,22 @@ def recomputed_copy(node: torch.fx.Node) -> bool:
     if any(f.fake_mode is not mode for f in fakes):
         return False
     memo = _copy_key(op, args, kwargs, fakes)
-    if memo is not None:
-        hit = _RECOMPUTED.get(memo)
-        if hit is not None:
-            return hit
-    answer = _run_fake(op, args, kwargs, mode, fakes)
-    if memo is not None:
-        if len(_RECOMPUTED) >= _RECOMPUTED_MAX:
-            _RECOMPUTED.clear()
-        _RECOMPUTED[memo] = answer
-    return answer
+    answers = _RECOMPUTED.get(memo) if memo is not None else None
+    if answers is None:
+        answers = _run_fake(op, args, kwargs, mode, fakes)
+        if memo is not None:
+            if len(_RECOMPUTED) >= _RECOMPUTED_MAX:
+                _RECOMPUTED.clear()
+            _RECOMPUTED[memo] = answers
+    index = 0 if key is SINGLE else key
+    return type(index) is int and 0 <= index < len(answers) and answers[index]
 
 
-def _run_fake(op: torch._ops.OpOverload, args: Any, kwargs: Any, mode: Any, fakes: Sequence[torch.Tensor]) -> bool:
+def _run_fake(
+    op: torch._ops.OpOverload, args: Any, kwargs: Any, mode: Any, fakes: Sequence[torch.Tensor]
+) -> tuple[bool, ...]:
+    """Per output (one for a tensor result, one per element of a tuple or list), whether the op run
+    on the fake arguments returns it in a storage of no argument; () where it cannot be run."""
     from torch.utils._python_dispatch import _disable_current_modes
 
     shape_env = mode.shape_env
@@ -970,19 +1002,18 @@ def _run_fake(op: torch._ops.OpOverload, args: Any, kwargs: Any, mode: Any, fake
             else:
                 out = op(*args, **kwargs)
     except Exception:
-        return False
-    if not isinstance(out, torch.Tensor):
-        return False
+        return ()
+    results = (out,) if isinstance(out, torch.Tensor) else tuple(out) if isinstance(out, (list, tuple)) else ()
     try:
-        key = out.untyped_storage()._cdata
-        return all(key != f.untyped_storage()._cdata for f in fakes)
+        keys = {f.untyped_storage()._cdata for f in fakes}
+        return tuple(isinstance(r, torch.Tensor) and r.untyped_storage()._cdata not in keys for r in results)
     except Exception:
-        return False
+        return ()
 
 
 #: Answers of :func:`recomputed_copy` by op and argument layouts (the fake kernel's choice
 #: between a view and a copy depends on nothing else); bounded, cleared when full.
-_RECOMPUTED: dict[tuple[Any, ...], bool] = {}
+_RECOMPUTED: dict[tuple[Any, ...], tuple[bool, ...]] = {}
 _RECOMPUTED_MAX = 4096
 
 

@@ -68,7 +68,10 @@ __all__ = [
     "classify_installed",
     "committed_path",
     "compare_with_committed",
+    "fresh_confirmed",
     "read_classification",
+    "storage_audit_path",
+    "storage_verdicts",
     "torch_release",
     "write_classification",
 ]
@@ -258,6 +261,49 @@ def torch_release(version: str | None = None) -> str:
 def committed_path(release: str | None = None) -> Path:
     """Where the classification of a torch release is committed."""
     return Path(__file__).with_name("registry_data") / f"torch-{release or torch_release()}.tsv"
+
+
+def storage_audit_path(release: str | None = None) -> Path:
+    """Where the storage-sharing audit of a torch release is committed
+    (``python -m aliasing.verification.audit --storage`` writes it)."""
+    return Path(__file__).with_name("registry_data") / f"storage-{release or torch_release()}.tsv"
+
+
+_VERDICTS: dict[str, Mapping[str, str]] = {}
+
+
+def storage_verdicts(release: str | None = None) -> Mapping[str, str]:
+    """The storage-sharing audit's verdict per ``pure`` overload of a release (``"aten::add.Tensor"``
+    -> ``"fresh"``, ``"shares"`` or ``"not-run"``), read once; empty where no audit is committed."""
+    release = release or torch_release()
+    hit = _VERDICTS.get(release)
+    if hit is None:
+        path = storage_audit_path(release)
+        verdicts: dict[str, str] = {}
+        if path.exists():
+            for line in path.read_text().splitlines():
+                if line and not line.startswith("#"):
+                    overload, verdict = line.split("\t", 2)[:2]
+                    verdicts[overload] = verdict
+        hit = _VERDICTS[release] = MappingProxyType(verdicts)
+    return hit
+
+
+def fresh_confirmed(overload: str) -> bool:
+    """Whether the storage-sharing audit of the installed torch ran ``overload`` (``"aten::mm"``, the
+    registry's name of a default overload, or ``"aten::mm.default"``) for real and never saw a result share a storage with an argument: the only
+    evidence on which the analysis takes an ATen op's undeclared results as fresh memory.
+
+    Example
+    -------
+    >>> fresh_confirmed("aten::mm"), fresh_confirmed("aten::unsafe_split.Tensor")
+    (True, False)
+    """
+    verdicts = storage_verdicts()
+    verdict = verdicts.get(overload)
+    if verdict is None and overload.endswith(".default"):
+        verdict = verdicts.get(overload[: -len(".default")])
+    return verdict == "fresh"
 
 
 def write_classification(rows: list[Classification], path: Path) -> None:

@@ -12,7 +12,12 @@ import torch.fx
 from aliasing.core.roles import Role
 from aliasing.errors import InvalidTargetError, describe_node
 
-__all__ = ["Target", "check_donated_inputs", "resolve_target", "validate_graph"]
+__all__ = ["OFFSET_UNKNOWN", "Target", "check_donated_inputs", "resolve_target", "validate_graph"]
+
+#: ``meta`` key of a placeholder whose recorded storage offset is not its input's in every run
+#: (a program loaded from its ``.pt2`` records every input at offset 0; the graph of an exported
+#: program is called with inputs of any offset). Kept in the metadata, so that copies keep it.
+OFFSET_UNKNOWN = "fx_aliasing_offset_unknown"
 
 
 @dataclass(frozen=True)
@@ -24,6 +29,9 @@ class Target:
     #: placeholder name -> role; a placeholder not named here is a user input
     input_roles: dict[str, Role]
     donated: frozenset[str]
+    #: placeholders whose storage offset may differ from the recorded one from run to run: the
+    #: user inputs of an ``ExportedProgram`` (``ep.module()`` checks sizes, not offsets)
+    offset_unknown: frozenset[str] = frozenset()
 
 
 def check_donated_inputs(donated_inputs: object) -> tuple[int, ...]:
@@ -128,13 +136,18 @@ def resolve_target(target: Any, donated_inputs: Iterable[int] = ()) -> Target:
             InputKind.BUFFER: Role.BUFFER,
             InputKind.CONSTANT_TENSOR: Role.CONSTANT,
         }
+        unguarded: set[str] = set()
         for spec in target.graph_signature.input_specs:
             name = getattr(spec.arg, "name", None)
             if name is not None:
                 roles[name] = kinds.get(spec.kind, Role.USER_INPUT)
+                if spec.kind == InputKind.USER_INPUT:
+                    unguarded.add(name)
     elif isinstance(target, torch.fx.GraphModule):
         module, graph = target, target.graph
+        unguarded = set()
     elif isinstance(target, torch.fx.Graph):
+        unguarded = set()
         graph = target
         owner = getattr(target, "owning_module", None)
         module = owner if isinstance(owner, torch.nn.Module) else None
@@ -157,4 +170,4 @@ def resolve_target(target: Any, donated_inputs: Iterable[int] = ()) -> Target:
             donated.add(placeholders[pos].name)
         for name in donated:
             roles[name] = Role.DONATED_INPUT
-    return Target(graph, module, roles, frozenset(donated))
+    return Target(graph, module, roles, frozenset(donated), frozenset(unguarded))

@@ -14,17 +14,15 @@ is then left as it was.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
-from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 
 from aliasing.core.facts import has_meta, known_equal, meta_value, storage_identity
+from aliasing.core.fake_values import computing
 from aliasing.core.regions import static_int
 from rewrite.errors import LoweringSkip
 
@@ -65,25 +63,6 @@ LoweredCall = tuple[list[torch.fx.Node], torch.fx.Node, dict[object, torch.fx.No
 def val(node: torch.fx.Node) -> Any:
     """The node's fake value (``meta['val']``), read through :mod:`aliasing.core.facts`."""
     return meta_value(node)
-
-
-@contextmanager
-def computing(mode: Any) -> Iterator[None]:
-    """Run ops on fake values under ``mode`` as Inductor's own fake propagation does.
-
-    Where the mode's shape environment has symbols, the Python dispatcher is on
-    too: without it, a C++ kernel that reads a symbolic tensor's storage offset
-    or strides directly (a custom op's Meta kernel calling ``narrow``) raises
-    "Cannot call storage_offset() on tensor with symbolic sizes/strides", which
-    ``make_fx`` never met because it traces with the dispatcher on.
-    """
-    env = getattr(mode, "shape_env", None)
-    with mode:
-        if env is not None and getattr(env, "var_to_range", True):
-            with enable_python_dispatcher():
-                yield
-        else:
-            yield
 
 
 class Builder:

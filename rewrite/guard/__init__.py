@@ -89,8 +89,8 @@ returns there; :mod:`rewrite.inductor` reads it from AOTAutograd's metadata.
 
 Every guard copy is an ``aten.clone`` (H7: ``aten.as_strided_copy``); where
 its layout is observed (a returned value, a scatter's base: H2-H4) it keeps
-the exact layout of what it copies (the flat storage-prefix copy of
-:func:`rewrite.editing.nodes.copy_preserving` for a strided view). An FX
+the exact layout and dtype of what it copies (the flat storage-prefix copy of
+:func:`rewrite.lowering.copies.exact_copy` for a strided view). An FX
 clone whose source Inductor writes later is materialised before that write.
 Read literally on the FX graph a guard clone is removable, so the clone
 elimination must be told to keep them (:attr:`GuardReport.clones`; H1 runs

@@ -14,9 +14,10 @@ import torch
 import torch.fx
 
 from aliasing import AliasAnalysis, analyze
-from rewrite.editing.nodes import Builder, LoweringSkip, copy_preserving, recompile, replay, view_chain
+from rewrite.editing.nodes import Builder, LoweringSkip, recompile, replay, view_chain
 from rewrite.guard.common import _builder, _nbytes, log
 from rewrite.guard.hazards import Guarded, GuardReport, Hazard
+from rewrite.lowering.copies import exact_copy
 
 aten = torch.ops.aten
 
@@ -72,7 +73,7 @@ def _apply(graph: torch.fx.Graph, fixes: Sequence[_Fix]) -> tuple[list[Guarded],
             c = value = None
             if fix.exact_layout:
                 try:
-                    cp = copy_preserving(b, source)  # a flat prefix copy for a strided view
+                    cp = exact_copy(b, source)  # a flat prefix copy for a strided view, in its dtype
                     c, value = cp.clone, cp.value
                 except LoweringSkip:
                     pass

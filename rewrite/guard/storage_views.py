@@ -135,6 +135,7 @@ def guard_storage_views(graph: torch.fx.Graph, model: InductorModel | None = Non
         if not plans:
             return GuardReport()
         b = _builder(graph)
+        erased: set[torch.fx.Node] = set()  # plans may share views (nested as_strided of one view)
         for sv in plans:
             n, v = sv.node, sv.node.args[0]
             assert isinstance(v, torch.fx.Node)  # checked by plan_storage_views
@@ -164,8 +165,9 @@ def guard_storage_views(graph: torch.fx.Graph, model: InductorModel | None = Non
                 continue
             n.args, n.kwargs = args, kwargs
             for x in dict.fromkeys((v, *sv.views)):  # the operand, then each view's parent: drop the dead ones
-                if not x.users:
+                if not x.users and x not in erased:
                     graph.erase_node(x)
+                    erased.add(x)
             helpers = tuple(x.name for x in b.created[start:] if x is not base)
             evidence = tuple(x.name for x in sv.views)
             done.append(Guarded(Hazard.STORAGE_VIEW_OF_COPY, n.name, "rebase", (base.name, *helpers), 0, evidence))

@@ -19,9 +19,10 @@ wrapper family:
   into the view.
 
 Each wrapper becomes ``aten.clone`` of what it would copy (with the exact
-layout: :mod:`~rewrite.editing.nodes`), the in-place call (the op's mutable
-overload, ``triton_kernel_wrapper_mutation``) on the clones, and the
-wrapper's ``getitem`` users rewired. Nothing is removed by the lowering: the
+dtype and layout, dtype views included: :mod:`~rewrite.lowering.copies`), the
+in-place call (the op's mutable overload, ``triton_kernel_wrapper_mutation``)
+on the clones, and the wrapper's ``getitem`` users rewired (the functional
+graph's views of the new values recreated on the clones). Nothing is removed by the lowering: the
 graph computes exactly what it computed before (new nodes get a ``meta['val']``
 computed under the graph's fake mode; existing nodes' metadata is never
 touched).

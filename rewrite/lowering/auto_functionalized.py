@@ -3,7 +3,7 @@
 ``auto_functionalized(op, **kwargs)`` clones each mutated argument, runs the
 mutable ``op`` on the clones and returns ``(*op outputs, *new values)``. The
 lowering makes that explicit: a layout-preserving clone of every mutated
-argument (:func:`rewrite.editing.nodes.copy_preserving`), the call of the
+argument (:func:`rewrite.lowering.copies.exact_copy`), the call of the
 mutable overload on the clones, and the wrapper's getitems rewired to the op's
 outputs and the clones. A ``Tensor[]`` mutable argument gives a list of
 clones, whose nested getitems :func:`nested_lists` describes.
@@ -32,12 +32,13 @@ from rewrite.editing.nodes import (
     Builder,
     LoweredCall,
     LoweringSkip,
-    copy_preserving,
     emit_op,
     getitem_users,
     output_replacements,
     replay,
+    val,
 )
+from rewrite.lowering.copies import exact_copy, require_layout
 from rewrite.lowering.scatter import SCATTER_VIEWS
 
 __all__ = ["BaseWriteBack", "base_write_backs", "fold_base_write_backs", "lower_auto_functionalized", "nested_lists"]
@@ -187,14 +188,15 @@ def lower_auto_functionalized(
         if arg is None:
             new_values.append(None)
         elif wb is not None:
-            cp = copy_preserving(b, wb.base)
+            cp = exact_copy(b, wb.base)
             clones.append(cp.clone)
             value = replay(b, list(wb.chain), cp.value)
+            require_layout(value, val(wb.chain[0]), f"argument {name!r}")
             kwargs[name] = value
             new_values.append(value)
             folded[wb.scatters[0]] = cp.value
         elif isinstance(arg, torch.fx.Node):
-            cp = copy_preserving(b, arg)
+            cp = exact_copy(b, arg)
             clones.append(cp.clone)
             kwargs[name] = cp.value
             new_values.append(cp.value)
@@ -203,7 +205,7 @@ def lower_auto_functionalized(
             for a in arg:
                 if not isinstance(a, torch.fx.Node):
                     raise LoweringSkip(f"mutable list argument {name!r} holds a non-node")
-                cp = copy_preserving(b, a)
+                cp = exact_copy(b, a)
                 clones.append(cp.clone)
                 copies.append(cp.value)
             kwargs[name] = copies

@@ -25,7 +25,6 @@ from rewrite.editing.nodes import (
     Copy,
     LoweredCall,
     LoweringSkip,
-    copy_preserving,
     emit_op,
     getitem_users,
     output_replacements,
@@ -33,6 +32,7 @@ from rewrite.editing.nodes import (
     val,
     view_chain,
 )
+from rewrite.lowering.copies import exact_copy, fits_storage, storage_in_dtype
 
 __all__ = ["lower_auto_functionalized_v2", "lower_v2_out"]
 
@@ -88,7 +88,7 @@ def _copy_bases(b: Builder, bases: list[Any] | tuple[Any, ...]) -> list[Copy]:
     for base in bases:
         if not isinstance(base, torch.fx.Node):
             raise LoweringSkip("a base is not a node")
-        copies.append(copy_preserving(b, base))
+        copies.append(exact_copy(b, base))
     return copies
 
 
@@ -127,9 +127,14 @@ def _regenerate_view(b: Builder, info: Any, bases: list[Any] | tuple[Any, ...], 
         replayed = _replay_view_chain(b, info, bases[info.base_index], cp.value)
         if replayed is not None:
             return replayed
-        # Offsets are absolute in the base's storage; the clone has the same storage
-        # coordinates (it copies the base, the flat prefix of its storage, or its root).
-        return b.call(aten.as_strided.default, (cp.clone, list(info.size), list(info.stride), info.storage_offset))
+        # Offsets are absolute in the base's storage, counted in the base's elements; the clone has
+        # the same storage coordinates (it copies the base, the flat prefix of its storage, or its
+        # root), seen in the base's dtype where a view of the base reinterprets it.
+        storage = storage_in_dtype(b, cp, val(cp.value).dtype)
+        if not fits_storage(b, storage, info.size, info.stride, info.storage_offset):
+            # recorded in the elements of another dtype than the base's (a view_as_real of it): lost
+            raise LoweringSkip("the recorded view reaches past its base's storage")
+        return b.call(aten.as_strided.default, (storage, list(info.size), list(info.stride), info.storage_offset))
     raise LoweringSkip(f"unknown view information {type(info).__name__}")
 
 

@@ -19,6 +19,7 @@ from typing import cast
 import torch
 import torch.fx
 
+from aliasing.core.facts import meta_value
 from rewrite.editing.nodes import SELF, Builder, LoweringSkip, fake_mode, recompile, undo
 from rewrite.lowering.auto_functionalized import (
     base_write_backs,
@@ -27,6 +28,7 @@ from rewrite.lowering.auto_functionalized import (
     nested_lists,
 )
 from rewrite.lowering.auto_functionalized_v2 import lower_auto_functionalized_v2
+from rewrite.lowering.metadata import refresh_replaced, storage_keys
 from rewrite.lowering.reports import Kind, Lowered, LoweringReport, Skipped
 from rewrite.lowering.scatter import lower_scatters
 from rewrite.lowering.triton import lower_triton_wrapper
@@ -34,8 +36,6 @@ from rewrite.lowering.triton import lower_triton_wrapper
 __all__ = ["lower_functional_ops"]
 
 log = logging.getLogger(__name__)
-
-aten = torch.ops.aten
 
 _KINDS: dict[str, Kind] = {
     "auto_functionalized": "auto_functionalized",
@@ -120,9 +120,11 @@ def lower_functional_ops(graph: torch.fx.Graph, *, scatters: bool = True) -> Low
         return LoweringReport((), tuple(Skipped(n.name, k, reason) for n, k in wrappers))
     b = Builder(graph, mode)
     new_values: set[torch.fx.Node] = set()
+    stale: set[int] = set()  # the fake storages of the wrappers' results
     for node, kind in wrappers:
         start = len(b.created)
         name = node.name
+        results = storage_keys([meta_value(g) for g in node.users])
         try:
             with graph.inserting_before(node):
                 if kind == "auto_functionalized":
@@ -148,19 +150,15 @@ def lower_functional_ops(graph: torch.fx.Graph, *, scatters: bool = True) -> Low
         new_values.update(v for k, v in repl.items() if isinstance(v, torch.fx.Node) and not isinstance(k, torch.fx.Node))
         for values in lists.values():
             new_values.update(values)
+        stale |= results
         lowered.append(Lowered(name, kind, tuple(c.name for c in clones), call.name))
         log.debug("lowered %s (%s) into %s with clones %s", name, kind, call.name, [c.name for c in clones])
+    # Views of the new values (a dtype view back to the input's dtype) are recreated in the clones' storages.
+    with_views = refresh_replaced(graph, stale, new_values)
     if scatters and new_values:
-        with_views = set(new_values)
-        for v in list(new_values):
-            with_views.update(_view_users(v))
         lowered.extend(lower_scatters(b, graph, with_views))
     recompile(graph)
     return LoweringReport(tuple(lowered), tuple(skipped))
-
-
-def _view_users(v: torch.fx.Node) -> list[torch.fx.Node]:
-    return [u for u in v.users if u.op == "call_function" and u.target is aten.as_strided.default and u.args[0] is v]
 
 
 def _check_rewirable(node: torch.fx.Node, repl: dict[object, torch.fx.Node], lists: dict[object, list[torch.fx.Node]]) -> None:

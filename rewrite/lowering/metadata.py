@@ -5,7 +5,8 @@ still carry fake tensors in ``c``'s fake storage, which would make the
 analysis believe the view copied (or miss an alias shown only by fake
 evidence). :func:`refresh_stale` recreates each such node with its fake value
 recomputed from its current arguments; existing nodes' metadata is never
-modified.
+modified. The lowering does the same for the views of a functional wrapper's
+new values once the copies replace them (:func:`refresh_replaced`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch.fx
 from aliasing.core.facts import has_meta, meta_value, storage_identity
 from rewrite.editing.nodes import COMPUTE, Builder, fake_mode, take_name
 
-__all__ = ["refresh_stale", "storage_keys"]
+__all__ = ["refresh_replaced", "refresh_stale", "storage_keys", "with_views"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,40 @@ def refresh_stale(
         take_name(fresh, name)
         recreated[name] = fresh.name
     return recreated
+
+
+def refresh_replaced(graph: torch.fx.Graph, stale: set[int], values: Iterable[torch.fx.Node]) -> set[torch.fx.Node]:
+    """After a lowering replaced nodes (whose fake values lived in ``stale``) by ``values``: their
+    views, recreated (:func:`refresh_stale`), and ``values`` with those views (:func:`with_views`).
+
+    Functionalization views a new value (a dtype view back to the input's
+    dtype, an ``as_strided`` of a base); those views still carry fake values
+    in the replaced node's storage until they are recreated from the values
+    that replaced it.
+    """
+    roots = set(values)
+    refresh_stale(graph, stale, roots)
+    return with_views(roots)
+
+
+def with_views(values: Iterable[torch.fx.Node]) -> set[torch.fx.Node]:
+    """``values`` and their views, through chains of view ops (``as_strided``, ``view.dtype``, ``view_as_real``...)."""
+    found = set(values)
+    todo = list(found)
+    while todo:
+        v = todo.pop()
+        for u in v.users:
+            if (
+                u not in found
+                and u.op == "call_function"
+                and isinstance(u.target, torch._ops.OpOverload)
+                and u.target.is_view
+                and bool(u.args)
+                and u.args[0] is v
+            ):
+                found.add(u)
+                todo.append(u)
+    return found
 
 
 def _is_stale(node: torch.fx.Node, stale: set[int]) -> bool:

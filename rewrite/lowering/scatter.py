@@ -17,7 +17,9 @@ import torch
 import torch.fx
 
 from aliasing.core.facts import known_equal
-from rewrite.editing.nodes import Builder, LoweringSkip, copy_preserving, undo, val
+from rewrite.editing.nodes import Builder, LoweringSkip, undo, val
+from rewrite.lowering.copies import exact_copy
+from rewrite.lowering.metadata import refresh_replaced, storage_keys
 from rewrite.lowering.reports import Lowered
 
 __all__ = ["SCATTER_VIEWS", "lower_scatters"]
@@ -57,7 +59,7 @@ def lower_scatters(b: Builder, graph: torch.fx.Graph, lowered_values: set[torch.
         start = len(b.created)
         try:
             with graph.inserting_before(node):
-                cp = copy_preserving(b, inp)
+                cp = exact_copy(b, inp)
                 view = b.call(view_op, (cp.value, *node.args[2:]), dict(node.kwargs))
                 b.call(aten.copy_.default, (view, src))
         except LoweringSkip as e:
@@ -68,8 +70,10 @@ def lower_scatters(b: Builder, graph: torch.fx.Graph, lowered_values: set[torch.
             undo(graph, b, start)
             log.debug("scatter %s not lowered: %s: %s", node.name, type(e).__name__, e)
             continue
+        stale = storage_keys(val(node))
         node.replace_all_uses_with(cp.value)
         graph.erase_node(node)
-        lowered_values.add(cp.value)
+        # its views (a dtype view back to the input's dtype), recreated, may feed the next scatter
+        lowered_values |= refresh_replaced(graph, stale, [cp.value])
         out.append(Lowered(node.name, "scatter", (cp.clone.name,), b.created[-1].name))
     return out

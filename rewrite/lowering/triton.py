@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-from rewrite.editing.nodes import Builder, LoweredCall, LoweringSkip, copy_preserving, getitem_users
+from rewrite.editing.nodes import Builder, LoweredCall, LoweringSkip, getitem_users
+from rewrite.lowering.copies import exact_copy
 
 __all__ = ["lower_triton_wrapper"]
 
@@ -34,7 +35,7 @@ def lower_triton_wrapper(b: Builder, node: torch.fx.Node) -> LoweredCall:
         arg = kernel_kwargs.get(key)
         if not isinstance(arg, torch.fx.Node):
             raise LoweringSkip(f"tensor to clone {key!r} is not a node")
-        cp = copy_preserving(b, arg)
+        cp = exact_copy(b, arg)
         clones.append(cp.clone)
         new_kwargs[key] = cp.value
         values[key] = cp.value

@@ -36,6 +36,7 @@ import torch.fx
 from aliasing import analyze
 from aliasing.core.analysis import paused_gc
 from aliasing.core.facts import meta_value
+from aliasing.core.fake_values import restore_storage_identity
 from aliasing.core.target import Target, check_donated_inputs, resolve_target
 from aliasing.errors import AliasingError
 from rewrite.editing.apply import apply_plan
@@ -106,6 +107,9 @@ def run(target: Target, options: Options) -> tuple[PipelineReport, dict[str, str
     replaced: dict[str, str] = {}
     error: str | None = None
     analyses = 0
+    # A program loaded from its .pt2 gets its fake values propagated again, so that it gets the
+    # decisions it gets in memory (or a warning that it is analysed conservatively).
+    restore_storage_identity(target.module, target.graph)
     try:
         if options.lower_functional:
             lowering = lower_functional_ops(target.graph)

@@ -634,9 +634,9 @@ def layout_observer(
         allows (run on meta tensors), and nothing uses it;
     (f) it is a dead op that cannot raise on a layout (pointwise ops,
         reductions, copies) and nothing uses it;
-    (g) it is a ``wrap`` that does not write the value and whose subgraph
-        does not observe the layout of the placeholder it binds (these rules,
-        inside the subgraph).
+    (g) it is a ``wrap`` or a ``cond`` that does not write the value and whose
+        subgraph (each branch) does not observe the layout of the placeholder it
+        binds (these rules, inside the subgraph).
 
     Anything else observes: the output node (an output's recorded layout),
     stride reads, ``reshape``/``as_strided``, a ``view`` the new layout does
@@ -675,7 +675,10 @@ def _unobserved(
         return False
     body = wrap_body(analysis, user)
     if body is not None:  # (g) judged through the subgraph
-        return _unobserved_in_body(analysis, user, body, names, new_facts)
+        return _unobserved_in_body(analysis, user, [body], user.args[1:], names, new_facts)
+    branches = _cond_branches(analysis, user)
+    if branches is not None:  # (g) judged through both branches
+        return _unobserved_in_body(analysis, user, branches, tuple(user.args[3]), names, new_facts)  # type: ignore[arg-type]
     if user.op == "call_function" and user.target is operator.getitem:
         return False  # indexing the value itself (a torch-level graph): strides may matter
     op = op_of(user)
@@ -718,23 +721,45 @@ def _unobserved(
     return False
 
 
+def _cond_branches(analysis: AliasAnalysis, node: torch.fx.Node) -> list[torch.fx.GraphModule] | None:
+    """The two branch modules of a ``cond`` whose operands are a tuple (None for any other node)."""
+    if node.op != "call_function" or node.target is not torch.ops.higher_order.cond or len(node.args) != 4:
+        return None
+    if not isinstance(node.args[3], (tuple, list)):
+        return None
+    module: Any = analysis.target_graph.owning_module
+    branches = []
+    for sub in node.args[1:3]:
+        found: Any = module
+        if not isinstance(sub, torch.fx.Node) or sub.op != "get_attr" or found is None:
+            return None
+        for part in str(sub.target).split("."):
+            found = getattr(found, part, None)
+        if not isinstance(found, torch.fx.GraphModule):
+            return None
+        branches.append(found)
+    return branches
+
+
 def _unobserved_in_body(
     analysis: AliasAnalysis,
     user: torch.fx.Node,
-    body: torch.fx.GraphModule,
+    bodies: Sequence[torch.fx.GraphModule],
+    operands: Sequence[Any],
     names: frozenset[torch.fx.Node],
     new_facts: TensorFacts,
 ) -> bool:
-    """(g): a ``wrap`` that only reads the value, whose subgraph does not observe the layout either."""
+    """(g): a ``wrap`` or ``cond`` that only reads the value, whose subgraphs (the ``wrap``'s one, each of
+    the ``cond``'s branches) do not observe the layout of the placeholder the value binds either."""
     effect = analysis.effect_of(user)
     if effect is None or effect.unknown or names & set(effect.writes) or user.kwargs:
         return False
-    inner = _body_analysis(body)
-    placeholders = [n for n in inner.nodes if n.op == "placeholder"]
-    operands = user.args[1:]
-    if len(placeholders) != len(operands):
-        return False
-    for placeholder, operand in zip(placeholders, operands):
-        if operand in names and layout_observer(inner, placeholder, new_facts, lambda n: list(n.users)) is not None:
+    for body in bodies:
+        inner = _body_analysis(body)
+        placeholders = [n for n in inner.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(operands):
             return False
+        for placeholder, operand in zip(placeholders, operands):
+            if operand in names and layout_observer(inner, placeholder, new_facts, lambda n: list(n.users)) is not None:
+                return False
     return True

@@ -170,11 +170,16 @@ class _Candidate:
     ro: Region | None = None
     #: the keep that stands when no later step removes the clone
     standing: Decision | None = None
+    #: C1 for an original at an input's unguarded storage offset: the keep that a removal yields
+    #: to (decided last, so that a clone the other conditions keep gives their reason)
+    deferred: Decision | None = None
 
     def keep(self, reason: Reason, *ev: torch.fx.Node) -> Decision:
         return Decision(self.clone.name, "keep", reason, tuple(e.name for e in ev), self.original.name)
 
     def remove(self, reason: Reason, evidence: Iterable[torch.fx.Node] = ()) -> Decision:
+        if self.deferred is not None:
+            return self.deferred
         return Decision(self.clone.name, "remove", reason, tuple(n.name for n in evidence), self.original.name)
 
 
@@ -201,7 +206,13 @@ def _check_layout(state: PlanningState, cand: _Candidate) -> Decision | None:
     suspect = suspect_layout(a, clone, original)
     if suspect is not None:  # recorded downstream of a fake kernel that lies about layouts
         return cand.keep(Reason.LAYOUT, original, *([suspect] if suspect is not original else []))
+    unknown = a.unknown_offset(original)
     if same_layout(cand.fc, cand.fo):
+        if unknown is not None:
+            # An original in the storage of an input whose offset may differ from run to run (an
+            # exported program's, a loaded one's) may lie at another offset than the clone: a
+            # layout change, decided last (a removal yields to it).
+            cand.deferred = _offset_keep(state, cand, unknown)
         return None
     if not _layout_only_change(cand.fc, cand.fo) or "layout" not in state.refine:
         return cand.keep(Reason.LAYOUT, original)
@@ -210,6 +221,18 @@ def _check_layout(state: PlanningState, cand: _Candidate) -> Decision | None:
         return cand.keep(Reason.LAYOUT, original, *([observer] if observer is not clone else []))
     cand.relocated = True
     return None
+
+
+def _offset_keep(state: PlanningState, cand: _Candidate, unknown: torch.fx.Node) -> Decision | None:
+    """The keep of a clone whose original may lie at another storage offset than the recorded one
+    (``unknown``'s), unless nothing observes the layout (C1 refined); None where nothing does."""
+    if "layout" not in state.refine:
+        return cand.keep(Reason.LAYOUT, cand.original, unknown)
+    assert cand.fo is not None
+    observer = layout_observer(state.analysis, cand.clone, cand.fo, state.users, state.dead, state.resolve)
+    if observer is None:
+        return None
+    return cand.keep(Reason.LAYOUT, cand.original, unknown, *([observer] if observer is not cand.clone else []))
 
 
 def _gather(state: PlanningState, cand: _Candidate) -> Decision | None:

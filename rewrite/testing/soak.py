@@ -65,6 +65,7 @@ from aliasing.verification.oracle import check_analysis
 from rewrite.errors import SoakError, SoakFailure
 from rewrite.testing.equivalence import OracleError, check_equivalent, copy_program
 from rewrite.testing.programs import Program, programs
+from rewrite.testing.programs.program import TRACING_MODES
 
 __all__ = ["CHECKS", "TOOL", "Figures", "SoakError", "SoakFailure", "check_program", "main", "run_campaign"]
 
@@ -127,7 +128,9 @@ def check_program(program: Program) -> tuple[int, int]:
     """
     gm, donated = program.graph_module, program.donated_inputs
     try:
-        check_analysis(aliasing.analyze(gm, donated_inputs=donated), gm, program.make_inputs())
+        analysis = aliasing.analyze(gm, donated_inputs=donated)
+        for make_inputs in program.input_sets:  # the example, then the boundary sizes (export-dynamic)
+            check_analysis(analysis, gm, make_inputs())
     except AssertionError as err:
         raise SoakFailure("analysis", str(err)) from err
     rewritten = copy_program(gm)
@@ -138,7 +141,8 @@ def check_program(program: Program) -> tuple[int, int]:
     except Exception as err:  # property 3: the pass never raises on a drawn program
         raise SoakFailure("raises", f"{type(err).__name__}: {err}") from err
     try:
-        check_equivalent(gm, rewritten, program.make_inputs, donated_inputs=donated)
+        for make_inputs in program.input_sets:
+            check_equivalent(gm, rewritten, make_inputs, donated_inputs=donated)
     except AssertionError as err:
         raise SoakFailure("equivalence", f"{err}\n\n{report}") from err
     except OracleError as err:  # not a verdict on the pass: the program cannot be judged
@@ -157,7 +161,9 @@ _CHECK_CODE = {
 import aliasing
 from rewrite.testing import check_analysis
 
-check_analysis(aliasing.analyze(gm, donated_inputs=DONATED_INPUTS), gm, make_inputs())
+analysis = aliasing.analyze(gm, donated_inputs=DONATED_INPUTS)
+for make in globals().get("input_sets", [make_inputs]):
+    check_analysis(analysis, gm, make())
 """,
     "raises": """\
 import rewrite
@@ -171,7 +177,8 @@ from rewrite.testing import check_equivalent, copy_program
 
 rewritten = copy_program(gm)
 print(rewrite.eliminate_clones(rewritten, donated_inputs=DONATED_INPUTS, strict=True))
-check_equivalent(gm, rewritten, make_inputs, donated_inputs=DONATED_INPUTS)
+for make in globals().get("input_sets", [make_inputs]):
+    check_equivalent(gm, rewritten, make, donated_inputs=DONATED_INPUTS)
 """,
     "idempotence": """\
 import rewrite
@@ -234,7 +241,13 @@ def _round(config: dict[str, Any], seed: int) -> dict[str, Any]:
         phases=[Phase.generate, Phase.shrink],
         report_multiple_bugs=False,
     )
-    @given(programs(max_ops=config["max_ops"], tracing_mode=config["tracing_mode"]))
+    @given(
+        programs(
+            max_ops=config["max_ops"],
+            tracing_mode=config["tracing_mode"],
+            allow_untrusted_ops=config.get("untrusted_ops", False),
+        )
+    )
     def one_round(program: Program) -> None:
         counts["programs"] += 1
         counts["statements"] += program.num_ops
@@ -316,6 +329,7 @@ def run_campaign(
     rounds: int | None = None,
     examples: int = _EXAMPLES_PER_ROUND,
     campaign_options: CampaignOptions | None = None,
+    untrusted_ops: bool = False,
 ) -> Figures:
     """Draw and check programs; return the figures (see the module docstring).
 
@@ -342,6 +356,8 @@ def run_campaign(
     options = campaign_options or CampaignOptions()
     last = seed + rounds - 1 if rounds is not None else None
     settings = {"max_ops": max_ops, "tracing_mode": tracing_mode, "examples": examples, "seeds": [seed, last]}
+    if untrusted_ops:  # (only when on: results files of earlier soaks keep their settings)
+        settings["untrusted_ops"] = True
     if rounds is not None:
         items: Iterable[WorkItem] = _work_items(settings)
     else:
@@ -394,6 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tracing_mode=args.tracing_mode,
             examples=args.examples,
             campaign_options=campaign.options_from_args(args),
+            untrusted_ops=args.untrusted_ops,
         )
     except SoakError as err:
         parser.error(str(err))
@@ -413,9 +430,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-ops", type=int, default=10, help="statements per program at most (default 10)")
     parser.add_argument(
         "--tracing-mode",
-        choices=("fake", "symbolic"),
+        choices=TRACING_MODES,
         default="fake",
-        help="trace the drawn programs with fake or symbolic sizes (default fake)",
+        help="how the drawn programs are traced: make_fx with fake, symbolic or real values, or torch.export "
+        "saved and loaded again (default fake)",
+    )
+    parser.add_argument(
+        "--untrusted-ops",
+        action="store_true",
+        help="also draw dtype views, ops that return their argument although their schema says fresh "
+        "(einsum, atleast_2d, sum_to_size, dequantize...) and unsafe_split (programs(allow_untrusted_ops=True))",
     )
     parser.add_argument(
         "--precision",

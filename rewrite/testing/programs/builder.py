@@ -48,12 +48,14 @@ class _Builder(_ViewStatements, _WriteStatements, _NormStatements, _PatternState
         max_size: int,
         max_lines: int,
         allow_hidden_effects: bool = True,
+        allow_untrusted_ops: bool = False,
     ) -> None:
         self.max_lines = max_lines
         self.draw = draw
         self.kinds = tuple(kinds) if _NORM_CALLS else tuple(k for k in kinds if k[0] != "norm")
         self.allow_custom_ops = any(kind == "custom" for kind, _ in kinds)
         self.allow_hidden_effects = allow_hidden_effects
+        self.allow_untrusted_ops = allow_untrusted_ops
         self.norm_calls = _NORM_CALLS
         self.alias_bias = alias_bias
         self.max_size = max_size

@@ -111,14 +111,15 @@ def _check_pass(
         except Exception as err:  # torch.fx raises RuntimeError and others from lint
             raise RewriteError(f"rewritten graph fails lint: {err}\n\n{_repro_note(program)}") from err
     try:
-        check_equivalent(
-            program.graph_module,
-            rewritten,
-            program.make_inputs,
-            donated_inputs=program.donated_inputs,
-            rtol=rtol,
-            atol=atol,
-        )
+        for make_inputs in program.input_sets:  # the example, then the boundary sizes (export-dynamic)
+            check_equivalent(
+                program.graph_module,
+                rewritten,
+                make_inputs,
+                donated_inputs=program.donated_inputs,
+                rtol=rtol,
+                atol=atol,
+            )
     except NotEquivalent as err:
         message = str(err).split("] ", 1)[-1]
         raise NotEquivalent(

@@ -40,6 +40,7 @@ class _BuilderState:
     kinds: tuple[tuple[str, int], ...]
     allow_custom_ops: bool
     allow_hidden_effects: bool
+    allow_untrusted_ops: bool
     alias_bias: float
     max_size: int
     inputs_source: str

@@ -18,7 +18,7 @@ from hypothesis.errors import InvalidArgument
 from rewrite.testing.programs.builder import _KINDS, _Builder
 from rewrite.testing.programs.inputs import _draw_inputs, _inputs_source
 from rewrite.testing.programs.norms import _NORM_CALLS
-from rewrite.testing.programs.program import Program, _load
+from rewrite.testing.programs.program import TRACING_MODES, Program, _load
 
 __all__ = ["programs"]
 
@@ -45,6 +45,7 @@ def _programs(
     allow_donation: bool,
     allow_hidden_effects: bool,
     tracing_mode: str = "fake",
+    allow_untrusted_ops: bool = False,
 ) -> Program:
     seed = draw(st.integers(0, 2**31 - 1))
     specs, donated = _draw_inputs(draw, max_inputs=max_inputs, max_size=max_size, allow_donation=allow_donation)
@@ -69,6 +70,7 @@ def _programs(
         max_size=max_size,
         max_lines=max_ops,
         allow_hidden_effects=allow_hidden_effects,
+        allow_untrusted_ops=allow_untrusted_ops,
     )
     # One span per statement and a stop flag before each (shrinks toward 0: stop), so that
     # Hypothesis shrinks a program by deleting statements.
@@ -144,6 +146,7 @@ def programs(
     allow_donation: bool = True,
     allow_hidden_effects: bool = True,
     tracing_mode: str = "fake",
+    allow_untrusted_ops: bool = False,
 ) -> st.SearchStrategy[Program]:
     """A Hypothesis strategy of random straight-line programs full of views, writes and clones.
 
@@ -174,8 +177,22 @@ def programs(
         ``instance_norm`` with running statistics, in train mode (they update
         the statistics in place) and eval mode, and ``_unsafe_view``.
     tracing_mode : str
-        ``"fake"`` (the default) or ``"symbolic"`` (sizes become SymInts, as
-        in a dynamic-shape compile): how each program's graph is traced.
+        How each program's graph is traced (:data:`rewrite.testing.programs.program.TRACING_MODES`):
+        ``"fake"`` (the default), ``"symbolic"`` (sizes become SymInts, as
+        in a dynamic-shape compile), ``"real"`` (``make_fx`` in real mode) or
+        ``"export-save-load"`` (``torch.export``, saved and loaded again: every
+        value in a fake storage of its own, as in a program loaded from its file) or
+        ``"export-dynamic"`` (``torch.export`` with every size dynamic, checked at the
+        sizes' boundaries too: :attr:`Program.input_sets`).
+    allow_untrusted_ops : bool
+        Also draw the views whose evidence the analysis must not take on trust: dtype
+        views (``x.view(torch.int32)``, anywhere in a chain of views), ops whose schemas
+        declare a fresh result but that return their argument or a view of it
+        (``einsum``, ``atleast_2d``, ``sum_to_size``, ``broadcast_tensors``,
+        ``conj_physical``, ``to_dense``, ``dequantize``, ``cartesian_prod``) and
+        ``unsafe_split``/``unsafe_chunk``, which return views their schemas do not
+        declare. Off by default, so that the programs of a seed stay those of earlier
+        releases (the precision benchmark's); the soak turns it on (``--untrusted-ops``).
 
     Returns
     -------
@@ -210,8 +227,9 @@ def programs(
     _check_bool("allow_custom_ops", allow_custom_ops)
     _check_bool("allow_donation", allow_donation)
     _check_bool("allow_hidden_effects", allow_hidden_effects)
-    if tracing_mode not in ("fake", "symbolic"):
-        raise InvalidArgument(f"tracing_mode={tracing_mode!r} must be 'fake' or 'symbolic'")
+    _check_bool("allow_untrusted_ops", allow_untrusted_ops)
+    if tracing_mode not in TRACING_MODES:
+        raise InvalidArgument(f"tracing_mode={tracing_mode!r} must be one of {', '.join(map(repr, TRACING_MODES))}")
     return _programs(
         min_ops=min_ops,
         max_ops=max_ops,
@@ -223,4 +241,5 @@ def programs(
         allow_donation=allow_donation,
         allow_hidden_effects=allow_hidden_effects,
         tracing_mode=tracing_mode,
+        allow_untrusted_ops=allow_untrusted_ops,
     )

@@ -7,12 +7,26 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
+import torch
+
 from aliasing.core.hidden_effects import HIDDEN_EFFECTS
+from rewrite.testing.programs.aten_sample import pure_overloads, schema_call
 from rewrite.testing.programs.state import _BuilderState
 from rewrite.testing.programs.values import _MAX_RANK, _Rejected, _shape_args, _shape_tuple, _Value
 
 #: ``_unsafe_view`` returns a view its schema calls a fresh tensor (drawn among the views).
 _DRAW_UNSAFE_VIEW = HIDDEN_EFFECTS.get("aten::_unsafe_view") is not None
+
+
+def _plain_tensors(result: object) -> bool:
+    """Whether every tensor of a call's result is a strided CPU tensor of an ordinary dtype (what the
+    program state can track: no sparse, quantized or meta results)."""
+    results = result if isinstance(result, (list, tuple)) else (result,)
+    return all(
+        not isinstance(r, torch.Tensor)
+        or (r.layout == torch.strided and r.device.type == "cpu" and not r.is_quantized and r.dtype.itemsize > 0)
+        for r in results
+    )
 
 
 class _ViewStatements(_BuilderState):
@@ -41,6 +55,9 @@ class _ViewStatements(_BuilderState):
                 options.append(self._view_custom)
             if self.allow_hidden_effects and _DRAW_UNSAFE_VIEW:
                 options.append(self._view_unsafe_view)
+            if self.allow_untrusted_ops:
+                options += [self._view_dtype, self._view_untrusted, self._view_unsafe_split]
+                options += [self._aten_sample] * 3
         if rank >= 2:
             options += [self._view_transpose, self._view_diagonal]
         if rank <= 2:
@@ -146,6 +163,57 @@ class _ViewStatements(_BuilderState):
     def _view_unsafe_view(self, x: _Value) -> str:
         shape = self._new_shape(x)
         return f"torch.ops.aten._unsafe_view({x.name}, {'(-1,)' if shape == '-1' else shape})"
+
+    def _view_dtype(self, x: _Value) -> str:
+        """A dtype view (same element size): float32 <-> int32, anywhere in a chain of views."""
+        dtype = x.tensor.dtype
+        if dtype == torch.float32:
+            return f"{x.name}.view(torch.int32)"
+        if dtype == torch.int32:
+            return f"{x.name}.view(torch.float32)"
+        raise _Rejected("no dtype view of the same element size")
+
+    def _view_untrusted(self, x: _Value) -> str:
+        """An op whose schema declares a fresh result but that returns its argument or a view of it
+        (CompositeImplicit ops that torch.export keeps; dequantize's CPU kernel on a float tensor)."""
+        shape, rank = x.shape, x.tensor.dim()
+        forms = [
+            f"torch.atleast_2d({x.name})",
+            f"torch.atleast_3d({x.name})",
+            f"{x.name}.sum_to_size({_shape_args(shape)})",
+            f"torch.broadcast_tensors({x.name}, {x.name})[{self._int(0, 1)}]",
+            f"torch.conj_physical({x.name})",
+            f"{x.name}.to_dense()",
+            f"torch.dequantize({x.name})",
+        ]
+        if rank == 2:
+            forms.append(f"torch.einsum('ij->ji', {x.name})")
+        if rank == 1:
+            forms += [f"torch.einsum('i->i', {x.name})", f"torch.cartesian_prod({x.name})"]
+        return self._choice(forms)
+
+    def _aten_sample(self, x: _Value) -> str:
+        """A call of a random ATen overload of the registry's ``pure`` ones (:mod:`.aten_sample`)."""
+        overloads = pure_overloads()
+        for _ in range(8):  # most overloads take no such arguments: try a few (each call run on the real state)
+            call = schema_call(overloads[self._int(0, len(overloads) - 1)], x.name, x.tensor, lambda: self._pick(self.values).name)
+            if call is None:
+                continue
+            try:
+                result = eval(compile(call, "<fxa_fuzz>", "eval"), dict(self.env))
+            except Exception:
+                continue
+            if _plain_tensors(result):
+                return call
+        raise _Rejected("no overload drawn runs with arguments made from its schema")
+
+    def _view_unsafe_split(self, x: _Value) -> str:
+        """``unsafe_split`` and ``unsafe_chunk``: views their schemas do not declare."""
+        d = self._dim(x)
+        k = self._int(1, x.shape[d])
+        if self._int(0, 1):
+            return f"torch.ops.aten.unsafe_split({x.name}, {k}, {d})"
+        return f"torch.unsafe_chunk({x.name}, {k}, {d})"
 
     def _view_as_strided(self, x: _Value) -> str:
         t = x.tensor

@@ -134,10 +134,16 @@ def test_templates_name_the_short_ways() -> None:
         torch.ops.aten._foreach_add.Scalar,  # writes nothing
     ):
         assert not t(op).mutator, op
-    for op in (torch.ops.aten.split.Tensor, torch.ops.aten.split_with_sizes.default, torch.ops.aten.unbind.int, torch.ops.aten.chunk.default):
-        assert t(op).list_view and not (t(op).plain or t(op).view or t(op).mutator or t(op).inplace), op
     for op in (
-        torch.ops.aten.unsafe_split.Tensor,  # no alias annotation: fresh results
+        torch.ops.aten.split.Tensor,
+        torch.ops.aten.split_with_sizes.default,
+        torch.ops.aten.unbind.int,
+        torch.ops.aten.chunk.default,
+        torch.ops.aten.unsafe_split.Tensor,  # no alias annotation, but the storage-sharing audit saw views
+    ):
+        assert t(op).list_view and not (t(op).plain or t(op).view or t(op).mutator or t(op).inplace), op
+    assert t(torch.ops.aten.unsafe_split.Tensor).undeclared and not t(torch.ops.aten.split.Tensor).undeclared
+    for op in (
         torch.ops.aten.t.default,  # one result
         torch.ops.aten.native_batch_norm.default,  # three results, hidden writes
         torch.ops.aten._foreach_add.Scalar,  # a list of fresh results

@@ -1102,7 +1102,11 @@ def test_stale_reads_only_in_the_epilogue() -> None:
 
 
 def test_guard_never_raises_without_fake_tensors(caplog: pytest.LogCaptureFixture) -> None:
-    """A hazard found where no copy can be built (values of several fake modes): reported, graph left valid."""
+    """A hazard found where no copy can be built (values of several fake modes that cannot be
+    propagated again): reported, graph left valid. Where they can be (a real-mode trace), the
+    analysis fakes them again in one mode first, and the guard builds its copy."""
+    import warnings
+
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from rewrite.guard import guard_inductor_hazards
@@ -1113,10 +1117,42 @@ def test_guard_never_raises_without_fake_tensors(caplog: pytest.LogCaptureFixtur
         return y
 
     gm = make_fx(f)(torch.zeros(4, 2), torch.ones(2, 2))  # real mode: a fake mode per value
-    with caplog.at_level(logging.WARNING, logger="rewrite.guard"):
+    guarded = guard_inductor_hazards(gm.graph)
+    assert [g.node for g in guarded.guarded] == ["slice_scatter"] and guarded.error is None
+    gm.graph.lint()
+
+    gm = make_fx(f)(torch.zeros(4, 2), torch.ones(2, 2))
+    del next(iter(gm.graph.nodes)).meta["val"]  # nothing to propagate from
+    with caplog.at_level(logging.WARNING, logger="rewrite.guard"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         report = guard_inductor_hazards(gm.graph)
     assert report.guarded == () and report.error is not None
     gm.graph.lint()
+
+
+def test_nested_as_strided_of_a_dtype_view_rebased_once() -> None:
+    """Two ``as_strided`` of one dtype view of an intermediate (the lowering's flat copy of an int32 row,
+    folded): H9 rebases both onto the intermediate and drops the dead views once (it erased one twice)."""
+    import warnings
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from rewrite.guard import guard_storage_views
+    from rewrite.testing import check_equivalent, copy_program
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        flat = torch.as_strided(y.view(torch.int32), (8,), (1,), 0)
+        return torch.as_strided(flat, (4,), (1,), 4) + 1
+
+    original = make_fx(f, tracing_mode="fake")(torch.zeros(3, 4))
+    gm = copy_program(original)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = guard_storage_views(gm.graph)
+    assert report.error is None and [g.action for g in report.guarded] == ["rebase", "rebase"], str(report)
+    gm.recompile()
+    check_equivalent(original, gm, lambda: [torch.randn(3, 4)])
 
 
 @pytest.fixture(autouse=True)

@@ -617,6 +617,200 @@ def test_v2_out_operator_allocates_instead_of_copying() -> None:
     assert AF2 not in targets(gm) and op in targets(gm) and aten.empty_strided.default in targets(gm)
 
 
+# --- dtype views: the copies keep them (view.dtype, view_as_real) -----------------------
+
+
+@torch.library.custom_op("fxa_lowering_test::bump8_", mutates_args=("x",))
+def bump8_(x: torch.Tensor) -> None:
+    """Adds one in the argument's own dtype (through float32: float8 has no ``add``)."""
+    x.copy_((x.float() + 1).to(x.dtype))
+
+
+BUMP8 = torch.ops.fxa_lowering_test.bump8_.default
+
+
+def _uint8_pool() -> list[torch.Tensor]:
+    return [torch.arange(24, dtype=torch.uint8).view(3, 8)]
+
+
+def _written(gm: torch.fx.GraphModule, op: object = BUMP) -> list[torch.fx.Node]:
+    return [n.args[0] for n in gm.graph.nodes if n.target is op]
+
+
+def _no_bitcast_of_a_copy(arg: torch.fx.Node) -> None:
+    """The op writes its copy through views that keep the dtype: Inductor computes a ``view.dtype`` of a
+    buffer it computes as a new buffer, and the op would write that buffer instead of the copy."""
+    node = arg
+    while node.target is not CLONE:
+        assert node.target is not aten.view.dtype, f"{arg.name} is a dtype view of a copy"
+        node = node.args[0]
+    assert node.meta["val"].dtype == arg.meta["val"].dtype
+
+
+def test_v1_int32_view_of_a_row_is_written_in_place() -> None:
+    """``bump_(x[1].view(torch.int32)); return x * 2`` under version 1: the op gets int32 values (it got the
+    float32 flat copy of the storage prefix) and its copy folds into the input's write-back."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        _, new = auto_functionalized(BUMP, x=x[1].view(torch.int32))
+        y = torch.select_scatter(x, new.view(torch.float32), 0, 1)
+        x.copy_(y)
+        return y * 2
+
+    gm, report = run_pipeline(f, randn((3, 4)))
+    (arg,) = _written(gm)
+    assert arg.meta["val"].dtype == torch.int32 and arg.meta["val"].storage_offset() == 4
+    assert clones(gm) == [] and aten.copy_.default not in targets(gm), str(report)
+
+
+def test_v2_int32_view_of_a_row_is_written_in_place() -> None:
+    """The same under version 2, whose base is the dtype view itself."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        out = auto_functionalized_v2(BUMP, _x_base_index=0, _all_bases=[x[1].view(torch.int32)])
+        y = torch.select_scatter(x, out[1].view(torch.float32), 0, 1)
+        x.copy_(y)
+        return y * 2
+
+    gm, report = run_pipeline(f, randn((3, 4)))
+    assert [a.meta["val"].dtype for a in _written(gm)] == [torch.int32]
+    assert clones(gm) == [] and aten.copy_.default not in targets(gm), str(report)
+
+
+@pytest.mark.parametrize("v2", [True, False], ids=["v2", "v1"])
+def test_fp8_view_of_a_uint8_pool_row(v2: bool) -> None:
+    """A float8 view of a row of a uint8 pool (a KV cache): the op gets float8, not uint8."""
+
+    def f(pool: torch.Tensor) -> torch.Tensor:
+        row = pool[2].view(torch.float8_e4m3fn)
+        if v2:
+            new = auto_functionalized_v2(BUMP8, _x_base_index=0, _all_bases=[row])[1]
+        else:
+            new = auto_functionalized(BUMP8, x=row)[1]
+        y = torch.select_scatter(pool, new.view(torch.uint8), 0, 2)
+        pool.copy_(y)
+        return y + 1
+
+    gm, report = run_pipeline(f, _uint8_pool)
+    assert [a.meta["val"].dtype for a in _written(gm, BUMP8)] == [torch.float8_e4m3fn]
+    assert clones(gm) == [], str(report)
+
+
+def test_v2_dtype_view_then_row_regenerated_in_its_dtype() -> None:
+    """``bump_(x.view(torch.int32)[1])`` under version 2: an ``as_strided`` of the int32 base, on its copy."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        out = auto_functionalized_v2(
+            BUMP, _x_base_index=0, _x_size=(4,), _x_stride=(1,), _x_storage_offset=4, _all_bases=[x.view(torch.int32)]
+        )
+        new = out[1].view(torch.float32)
+        x.copy_(new)
+        return new * 2
+
+    gm, report = run_pipeline(f, randn((3, 4)))
+    assert [a.meta["val"].dtype for a in _written(gm)] == [torch.int32]
+    assert clones(gm) == [], str(report)
+
+
+def test_v1_two_ops_with_a_reader_between() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        _, a = auto_functionalized(BUMP, x=x.view(torch.int32))
+        read = a.sum()
+        _, b = auto_functionalized(BUMP, x=a)
+        x.copy_(b.view(torch.float32))
+        return read
+
+    gm, report = run_pipeline(f, randn((8,)))
+    assert clones(gm) == [] and len(report.removed) == 2, str(report)
+
+
+@pytest.mark.parametrize("row", [False, True], ids=["whole", "row"])
+def test_old_value_read_keeps_a_copy_in_the_views_dtype(row: bool) -> None:
+    """The input's old value is read after the op: the copy stays, for C3 (not for an op the analysis
+    cannot see into: the functional graph's own dtype views of the new value kept stale fake values),
+    and the op writes it without a dtype view in between."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        view = x[1].view(torch.int32) if row else x.view(torch.int32)
+        _, new = auto_functionalized(BUMP, x=view)
+        old = x + 1
+        x.copy_(torch.select_scatter(x, new.view(torch.float32), 0, 1) if row else new.view(torch.float32))
+        return old
+
+    gm, report = run_pipeline(f, randn((3, 4)))
+    (arg,) = _written(gm)
+    _no_bitcast_of_a_copy(arg)
+    kept = [d for rep in report.eliminations for d in rep.decisions if d.action == "keep" and d.node in report.lowering.clones]
+    assert kept and {d.reason.condition for d in kept} == {"C3"}, str(report)
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["whole", "row"])
+def test_v1_view_as_real_of_a_complex_view(whole: bool) -> None:
+    """``bump_(torch.view_as_real(x.view(torch.complex64))[1])`` of a float input: the complex views are
+    applied to a copy of the input (a fold needs the copy-back's shape) and the copy folds."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        c = x.view(torch.complex64)
+        arg = torch.view_as_real(c) if whole else torch.view_as_real(c)[1]
+        _, new = auto_functionalized(BUMP, x=arg)
+        back = new if whole else torch.select_scatter(torch.view_as_real(c), new, 0, 1)
+        y = torch.view_as_complex(back).view(torch.float32)
+        x.copy_(y)
+        return y * 2
+
+    gm, report = run_pipeline(f, randn((3, 8)))
+    (arg,) = _written(gm)
+    assert arg.meta["val"].dtype == torch.float32 and arg.meta["val"].dim() == (3 if whole else 2)
+    assert clones(gm) == [], str(report)
+
+
+def test_v2_view_recorded_in_another_dtype_is_not_lowered() -> None:
+    """Version 2 records ``view_as_real(base)[1]`` of a complex base as an ``as_strided`` in float elements,
+    without the dtype: regenerated on the base it reaches past the storage (stock Inductor fails to compile
+    it). The lowering leaves the wrapper rather than call the op on another view."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        out = auto_functionalized_v2(
+            BUMP, _x_base_index=0, _x_size=(4, 2), _x_stride=(2, 1), _x_storage_offset=8, _all_bases=[x.view(torch.complex64)]
+        )
+        y = out[1].view(torch.float32)
+        x.copy_(y)
+        return y * 2
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(3, 8))
+    report = lower_functional_ops(gm.graph)
+    assert report.lowered == () and [s.kind for s in report.skipped] == ["auto_functionalized_v2"]
+    assert "past" in report.skipped[0].reason and AF2 in targets(gm)
+
+
+@pytest.mark.parametrize("v2", [True, False], ids=["v2", "v1"])
+def test_symbolic_int32_view_of_a_row(v2: bool) -> None:
+    """Symbolic sizes and offset: the int32 input is copied whole and the row taken again on the copy."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        row = x[1].view(torch.int32)
+        new = (
+            auto_functionalized_v2(BUMP, _x_base_index=0, _all_bases=[row])[1]
+            if v2
+            else auto_functionalized(BUMP, x=row)[1]
+        )
+        y = torch.select_scatter(x, new.view(torch.float32), 0, 1)
+        old = x * 3
+        x.copy_(y)
+        return old  # the old value is read after the op: the copy stays
+
+    inputs = randn((3, 4))
+    original = make_fx(f, tracing_mode="symbolic")(*inputs())
+    rewritten = copy_program(original)
+    report = lower_and_eliminate(rewritten.graph)
+    assert report.error is None and report.lowering.skipped == (), str(report)
+    rewritten.recompile()
+    check_equivalent(original, rewritten, inputs)
+    check_equivalent(original, rewritten, randn((5, 4)))
+    (arg,) = _written(rewritten)
+    _no_bitcast_of_a_copy(arg)
+
+
 # --- property: random clone / write / read / copy-back sequences ----------------------
 
 from hypothesis import given, settings  # noqa: E402
