@@ -31,7 +31,7 @@ docs/DESIGN.md refers to it); nothing here imports :mod:`rewrite`.
 6. core.analysis: ``analyze`` and the immutable ``AliasAnalysis``; ``DEFAULT_EFFECTS``
 7. pictures.storage_graph, verification.oracle, verification.layout_audit: the networkx graph of an analysis and its DOT picture; real-execution checks of one; meta and fake layouts against eager
 8. verification.audit.ops, pictures.timeline: which ops the effects audit over PyTorch's operator database runs, and its work items; the storage timeline picture
-9. verification.audit.report: the effects audit's results, JSON report and Markdown summary
+9. verification.audit.report, verification.storage_audit: the effects audit's results, JSON report and Markdown summary; the storage-sharing audit (does a result of a `pure` overload share an argument's storage), its table per release and its reports
 10. verification.audit.run: the effects audit's checks, one sample and one op at a time, and its campaign
 11. verification.audit.__main__: the effects audit's command line
 12. verification.audit: the effects audit's package (its public names)

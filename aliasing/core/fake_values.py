@@ -218,15 +218,15 @@ def _propagate(module: torch.fx.GraphModule) -> None:
         with torch.no_grad(), computing(mode):
             # (FakeTensorProp enters the mode again: entering it twice is allowed)
             FakeTensorProp(module, mode).propagate_dont_convert_inputs(*values)
+        if storage_identity_lost(module.graph):
+            raise AliasingError("views still outside their bases' fake storages after propagation")
     except BaseException:
         for n, v in old.items():  # never leave the metadata half propagated
-            if v is None:
-                n.meta.pop("val", None)
-            else:
+            if v is not None:
                 n.meta["val"] = v
+            elif "val" in n.meta:
+                del n.meta["val"]
         raise
-    if storage_identity_lost(module.graph):
-        raise AliasingError("views still outside their bases' fake storages after propagation")
 
 
 def _refake(value: Any, mode: Any) -> Any:

@@ -2,9 +2,10 @@
 
 It runs the audit (:func:`aliasing.verification.audit.audit`) and writes its
 reports, prints the report of a campaign's results files (``--merge``), runs
-the operator-registry coverage check (``--registry``) or the layout audit
-(``--layouts``, :mod:`aliasing.verification.layout_audit`); ``--help`` lists
-the options.
+the operator-registry coverage check (``--registry``), the layout audit
+(``--layouts``, :mod:`aliasing.verification.layout_audit`) or the
+storage-sharing audit (``--storage``, :mod:`aliasing.verification.storage_audit`);
+``--help`` lists the options.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from aliasing.verification.layout_audit import main as layout_main
 
         return layout_main([a for a in argv if a != "--layouts"])
+    if "--storage" in argv:
+        from aliasing.verification.storage_audit import main as storage_main
+
+        return storage_main([a for a in argv if a != "--storage"])
     args = parser.parse_args(argv)
     if args.registry:
         return _registry_main(write=args.write)
@@ -99,6 +104,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run the layout audit instead (aliasing.verification.layout_audit: meta and fake result layouts against eager; "
         "its options: --layouts --help)",
+    )
+    parser.add_argument(
+        "--storage",
+        action="store_true",
+        help="run the storage-sharing audit instead (aliasing.verification.storage_audit: do `pure` overloads' results "
+        "share an argument's storage? its options: --storage --help)",
     )
     campaign.add_campaign_arguments(parser)
     return parser
