@@ -84,23 +84,49 @@ def computing(mode: Any) -> Iterator[None]:
             yield
 
 
+#: View ops most graphs call, looked up first through FX's index of nodes by target (no pass over
+#: the graph): one of them answers :func:`_view_evidence` in most graphs.
+_COMMON_VIEWS = tuple(
+    getattr(torch.ops.aten, name).default
+    for name in ("view", "t", "permute", "expand", "unsqueeze", "_unsafe_view", "alias", "detach")
+) + (
+    torch.ops.aten.slice.Tensor,
+    torch.ops.aten.select.int,
+    torch.ops.aten.transpose.int,
+    torch.ops.aten.squeeze.dim,
+    torch.ops.aten.as_strided.default,
+)
+
+
 def _view_evidence(graph: torch.fx.Graph) -> bool | None:
     """Whether the first call of an always-aliasing op (a view, an in-place op) whose result and
     first argument both have fake tensors shares its argument's fake storage; None without one."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
+    for op in _COMMON_VIEWS:
+        for node in graph.find_nodes(op="call_function", target=op, sort=False):
+            answer = _shares_with_first(node)
+            if answer is not None:
+                return answer
     for node in graph.nodes:
         op = node.target
-        if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or not node.args:
-            continue
-        first = node.args[0]
-        if not isinstance(first, torch.fx.Node) or not always_aliases_first(op):
-            continue
-        a, b = meta_value(node), meta_value(first)
-        if not (isinstance(a, FakeTensor) and isinstance(b, FakeTensor)) or a.layout != torch.strided:
-            continue
-        return bool(a.untyped_storage()._cdata == b.untyped_storage()._cdata)
+        if node.op == "call_function" and isinstance(op, torch._ops.OpOverload) and always_aliases_first(op):
+            answer = _shares_with_first(node)
+            if answer is not None:
+                return answer
     return None
+
+
+def _shares_with_first(node: torch.fx.Node) -> bool | None:
+    """Whether ``node``'s fake value lives in its first argument's fake storage; None where either has
+    no strided fake tensor."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    first = node.args[0] if node.args else None
+    if not isinstance(first, torch.fx.Node):
+        return None
+    a, b = meta_value(node), meta_value(first)
+    if not (isinstance(a, FakeTensor) and isinstance(b, FakeTensor)) or a.layout != torch.strided:
+        return None
+    return bool(a.untyped_storage()._cdata == b.untyped_storage()._cdata)
 
 
 def storage_identity_lost(graph: torch.fx.Graph) -> bool:

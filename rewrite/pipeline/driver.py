@@ -107,9 +107,6 @@ def run(target: Target, options: Options) -> tuple[PipelineReport, dict[str, str
     replaced: dict[str, str] = {}
     error: str | None = None
     analyses = 0
-    # A program loaded from its .pt2 gets its fake values propagated again, so that it gets the
-    # decisions it gets in memory (or a warning that it is analysed conservatively).
-    restore_storage_identity(target.module, target.graph)
     try:
         if options.lower_functional:
             lowering = lower_functional_ops(target.graph)
@@ -139,6 +136,9 @@ def _round(target: Target, options: Options) -> Round:
         # copies, the common case of a post-grad graph), and the graph is left as it is.
         return Round(CloneEliminationReport(()), {}, False, analysed=False)
     opaque: tuple[str, ...] = ()
+    # A program loaded from its .pt2 gets its fake values propagated again, so that it gets the
+    # decisions it gets in memory (or a warning that it is analysed conservatively).
+    restore_storage_identity(target.module, target.graph)
     try:
         analysis = analyze(target)
         opaque = tuple(n.name for n in analysis.opaque_nodes)
