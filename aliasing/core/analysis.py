@@ -384,6 +384,35 @@ class _Builder:
                 self.call(pos, node)
         self.described += described
         self.torch_level_only = torch_level > 0 and aten == 0
+        self._unguarded_absolute_views()
+
+    def unguarded_inputs(self) -> list[torch.fx.Node]:
+        """The placeholders whose storage offset a run is not held to (computed once; see unknown_offset)."""
+        if self.offset_unknown is None:
+            target = self.target
+            self.offset_unknown = [
+                p
+                for p in target.graph.find_nodes(op="placeholder")
+                if p.meta.get(OFFSET_UNKNOWN) or p.name in target.offset_unknown
+            ]
+        return self.offset_unknown
+
+    def _unguarded_absolute_views(self) -> None:
+        """An ``as_strided`` with an explicit storage offset places its view at an absolute position,
+        while an input whose offset a run is not held to lies where its metadata does not say: no
+        value in such an input's storage has an exact region then (they may overlap in any way)."""
+        graph = self.target.graph
+        views = [
+            n
+            for n in graph.find_nodes(op="call_function", target=torch.ops.aten.as_strided.default)
+            if (len(n.args) > 3 and n.args[3] is not None) or n.kwargs.get("storage_offset") is not None
+        ]
+        if not views or not self.unguarded_inputs():
+            return
+        unguarded = frozenset().union(*(self.points_to.get(p, frozenset()) for p in self.unguarded_inputs()))
+        for view in views:
+            for s in self.points_to.get(view, frozenset()) & unguarded:
+                self.exact.difference_update(self.members[s])
 
     def placeholder(self, node: torch.fx.Node) -> None:
         role = self.target.input_roles.get(node.name, Role.USER_INPUT)
@@ -803,14 +832,7 @@ class AliasAnalysis:
         >>> [getattr(a.unknown_offset(n), "name", None) for n in ("slice_1", "mul")]
         ['x', None]
         """
-        flagged = self._b.offset_unknown
-        if flagged is None:
-            target = self._b.target
-            flagged = self._b.offset_unknown = [
-                p
-                for p in target.graph.find_nodes(op="placeholder")
-                if p.meta.get(OFFSET_UNKNOWN) or p.name in target.offset_unknown
-            ]
+        flagged = self._b.unguarded_inputs()
         if not flagged:
             return None
         node = self._node(n)

@@ -28,7 +28,7 @@ from rewrite.lowering.auto_functionalized import (
     nested_lists,
 )
 from rewrite.lowering.auto_functionalized_v2 import lower_auto_functionalized_v2
-from rewrite.lowering.metadata import refresh_replaced, storage_keys
+from rewrite.lowering.metadata import refresh_replaced, scatter_sources, storage_keys
 from rewrite.lowering.reports import Kind, Lowered, LoweringReport, Skipped
 from rewrite.lowering.scatter import lower_scatters
 from rewrite.lowering.triton import lower_triton_wrapper
@@ -154,9 +154,9 @@ def lower_functional_ops(graph: torch.fx.Graph, *, scatters: bool = True) -> Low
         lowered.append(Lowered(name, kind, tuple(c.name for c in clones), call.name))
         log.debug("lowered %s (%s) into %s with clones %s", name, kind, call.name, [c.name for c in clones])
     # Views of the new values (a dtype view back to the input's dtype) are recreated in the clones' storages.
-    with_views = refresh_replaced(graph, stale, new_values)
+    refresh_replaced(graph, stale, new_values)
     if scatters and new_values:
-        lowered.extend(lower_scatters(b, graph, with_views))
+        lowered.extend(lower_scatters(b, graph, scatter_sources(new_values)))
     recompile(graph)
     return LoweringReport(tuple(lowered), tuple(skipped))
 

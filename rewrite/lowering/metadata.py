@@ -22,7 +22,7 @@ import torch.fx
 from aliasing.core.facts import has_meta, meta_value, storage_identity
 from rewrite.editing.nodes import COMPUTE, Builder, fake_mode, take_name
 
-__all__ = ["refresh_replaced", "refresh_stale", "storage_keys", "with_views"]
+__all__ = ["refresh_replaced", "refresh_stale", "scatter_sources", "storage_keys", "with_views"]
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,42 @@ def refresh_replaced(graph: torch.fx.Graph, stale: set[int], values: Iterable[to
     roots = set(values)
     refresh_stale(graph, stale, roots)
     return with_views(roots)
+
+
+#: Dtype-changing views: a chain of views through one of them reaches a scatter source the
+#: lowering's dtype-exact copies make (a dtype view back to the input's dtype).
+_DTYPE_VIEWS = frozenset(
+    {torch.ops.aten.view.dtype, torch.ops.aten.view_as_real.default, torch.ops.aten.view_as_complex.default}
+)
+
+
+def scatter_sources(values: Iterable[torch.fx.Node]) -> set[torch.fx.Node]:
+    """``values`` and the views of them a scatter's source may be, as a lowered value: through
+    ``as_strided`` alone (as functionalization records views of a base), or through chains of
+    view ops with a dtype view among them. Following every chain of views lowers scatters whose
+    clones then stay: more copies than stock Inductor (the GPU benchmark's decoder)."""
+    found = set(values)
+    seen: set[tuple[torch.fx.Node, bool]] = {(v, False) for v in found}
+    todo = [(v, False) for v in found]
+    while todo:
+        v, dtype_seen = todo.pop()
+        for u in v.users:
+            if not (
+                u.op == "call_function"
+                and isinstance(u.target, torch._ops.OpOverload)
+                and u.target.is_view
+                and u.args
+                and u.args[0] is v
+            ):
+                continue
+            now = dtype_seen or u.target in _DTYPE_VIEWS
+            if (u, now) in seen:
+                continue
+            seen.add((u, now))
+            if now or u.target is torch.ops.aten.as_strided.default:
+                found.add(u)
+            todo.append((u, now))
+    return found
 
 
 def with_views(values: Iterable[torch.fx.Node]) -> set[torch.fx.Node]:

@@ -19,7 +19,7 @@ import torch.fx
 from aliasing.core.facts import known_equal
 from rewrite.editing.nodes import Builder, LoweringSkip, undo, val
 from rewrite.lowering.copies import exact_copy
-from rewrite.lowering.metadata import refresh_replaced, storage_keys
+from rewrite.lowering.metadata import refresh_replaced, scatter_sources, storage_keys
 from rewrite.lowering.reports import Lowered
 
 __all__ = ["SCATTER_VIEWS", "lower_scatters"]
@@ -74,6 +74,7 @@ def lower_scatters(b: Builder, graph: torch.fx.Graph, lowered_values: set[torch.
         node.replace_all_uses_with(cp.value)
         graph.erase_node(node)
         # its views (a dtype view back to the input's dtype), recreated, may feed the next scatter
-        lowered_values |= refresh_replaced(graph, stale, [cp.value])
+        refresh_replaced(graph, stale, [cp.value])
+        lowered_values |= scatter_sources([cp.value])
         out.append(Lowered(node.name, "scatter", (cp.clone.name,), b.created[-1].name))
     return out

@@ -178,8 +178,6 @@ class _Candidate:
         return Decision(self.clone.name, "keep", reason, tuple(e.name for e in ev), self.original.name)
 
     def remove(self, reason: Reason, evidence: Iterable[torch.fx.Node] = ()) -> Decision:
-        if self.deferred is not None:
-            return self.deferred
         return Decision(self.clone.name, "remove", reason, tuple(n.name for n in evidence), self.original.name)
 
 
@@ -226,13 +224,14 @@ def _check_layout(state: PlanningState, cand: _Candidate) -> Decision | None:
 def _offset_keep(state: PlanningState, cand: _Candidate, unknown: torch.fx.Node) -> Decision | None:
     """The keep of a clone whose original may lie at another storage offset than the recorded one
     (``unknown``'s), unless nothing observes the layout (C1 refined); None where nothing does."""
+    evidence = [cand.original, *([unknown] if unknown is not cand.original else [])]
     if "layout" not in state.refine:
-        return cand.keep(Reason.LAYOUT, cand.original, unknown)
+        return cand.keep(Reason.LAYOUT, *evidence)
     assert cand.fo is not None
     observer = layout_observer(state.analysis, cand.clone, cand.fo, state.users, state.dead, state.resolve)
     if observer is None:
         return None
-    return cand.keep(Reason.LAYOUT, cand.original, unknown, *([observer] if observer is not cand.clone else []))
+    return cand.keep(Reason.LAYOUT, *evidence, *([observer] if observer is not cand.clone else []))
 
 
 def _gather(state: PlanningState, cand: _Candidate) -> Decision | None:
@@ -310,6 +309,8 @@ def _decide_replacement(state: PlanningState, clone: torch.fx.Node) -> Decision:
     for _, _, step in CLONE_STEPS:
         decision = step(state, cand)
         if decision is not None:
+            if decision.action == "remove" and cand.deferred is not None:
+                return cand.deferred  # a removal yields to the deferred C1 keep (an unguarded offset)
             return decision
     raise AssertionError("the last step of CLONE_STEPS always decides")  # pragma: no cover
 

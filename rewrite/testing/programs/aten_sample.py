@@ -20,12 +20,17 @@ __all__ = ["pure_overloads", "schema_call"]
 
 _OVERLOADS: tuple[str, ...] | None = None
 
-#: Families left out: ``empty`` (uninitialised memory, which no two runs agree on), and kernels that
+#: Families left out: ``empty`` (uninitialised memory, which no two runs agree on), views with
+#: explicit strides (made from the schema, they read past the storage), ``_lazy_clone`` (copy on
+#: write: the real-memory oracle sees the shared bytes change when either side is written), and kernels that
 #: crash the process on arguments made from their schemas (the storage-sharing audit's crashed
 #: calls: backward, batch-norm, quantized, embedding-bag, weight-norm, RNN-cell kernels) or that
 #: need layouts the program state cannot track (sparse, nested, mkldnn).
 _LEFT_OUT = (
     "empty",
+    "strided",  # explicit strides made from the schema read past the storage (undefined values)
+    "_reshape_alias",
+    "_lazy_clone",  # a copy-on-write clone: the real-memory oracle sees the shared bytes as written
     "backward",
     "batch_norm",
     "quant",

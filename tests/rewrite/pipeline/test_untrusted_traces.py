@@ -256,3 +256,33 @@ def _at_offset(t: torch.Tensor) -> torch.Tensor:
     out = base[1:].view(t.shape)
     out.copy_(t)
     return out
+
+
+def _absolute_view(x: torch.Tensor) -> tuple[torch.Tensor]:
+    return (x.as_strided((1,), (1,), 1).clone(),)
+
+
+def _fold_then_absolute_view(x: torch.Tensor) -> tuple[torch.Tensor]:
+    y = x.clone()
+    y.add_(1.0)
+    x.copy_(y)
+    return (y.as_strided((1,), (1,), 0).clone(),)
+
+
+@pytest.mark.parametrize("program", [_absolute_view, _fold_then_absolute_view])
+@pytest.mark.parametrize("mode", ["real", "export-save-load"])
+def test_absolute_views_of_inputs_at_unguarded_offsets(program: Callable[..., object], mode: str) -> None:
+    """``as_strided`` with a storage offset places its view at an absolute position, while the input
+    lies at an offset its metadata does not give (found by the soak: the analysis said the view and
+    the input do not overlap; a copy-back fold moved an absolute view from the clone to the input)."""
+    x = torch.randn(3)[1:]
+    target: torch.fx.GraphModule | torch.export.ExportedProgram
+    if mode == "real":
+        target = make_fx(program, tracing_mode="real")(_at_offset(x))
+    else:
+        target = _save_load(torch.export.export(_module(program), (torch.randn(2),)))
+    gm = target.graph_module if isinstance(target, torch.export.ExportedProgram) else target
+    check_analysis(aliasing.analyze(target), gm, [_at_offset(x)])
+    original = copy.deepcopy(target)
+    eliminate_clones(target)
+    check_equivalent(original, target, lambda: (_at_offset(x),))
