@@ -47,6 +47,7 @@ from aliasing.core.effects import (
     EffectTable,
     always_aliases_first,
     indexing_effect,
+    list_result,
     mutates_metadata,
     recomputed_copy,
     scan_calls,
@@ -559,9 +560,18 @@ class _Builder:
             if copied:  # results the trace recorded as copies, trusted (see copied): fresh memory
                 effect = replace(effect, outputs={**effect.outputs, **dict.fromkeys(copied, ())}, note="copies (see AliasAnalysis)")
                 self.effect_of[node] = effect
+            # The fresh elements of a list result may be views of one allocation (nonzero_numpy):
+            # they share one fresh storage.
+            shared: frozenset[int] | None = None
+            one_allocation = list_result(node.target)
             for k in keys:
                 srcs = effect.outputs.get(k, ())
-                outs[k] = frozenset(self._union(srcs)) if srcs else self._fresh(node)
+                if srcs:
+                    outs[k] = frozenset(self._union(srcs))
+                elif one_allocation:
+                    shared = outs[k] = shared or self._fresh(node)
+                else:
+                    outs[k] = self._fresh(node)
             self.outmap[node] = outs
             union: set[int] = set()
             for pts in outs.values():

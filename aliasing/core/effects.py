@@ -73,6 +73,7 @@ __all__ = [
     "always_aliases_first",
     "fake_kernel_lies",
     "indexing_effect",
+    "list_result",
     "metadata_written",
     "mutates_metadata",
     "recomputed_copy",
@@ -910,6 +911,12 @@ def fake_kernel_lies(op: torch._ops.OpOverload) -> bool:
     """Whether the layout audit caught ``op``'s fake kernel laying results out otherwise than eager
     (:func:`aliasing.core.layout_divergences.fake_layout_divergent`, remembered in the op's template)."""
     return _schema_effect(op).fake_divergent
+
+
+def list_result(op: object) -> bool:
+    """Whether ``op`` is an ATen or custom overload with one ``Tensor[]`` result: its elements may be
+    views of one allocation (``nonzero_numpy`` unbinds one tensor), whatever its schema says."""
+    return isinstance(op, torch._ops.OpOverload) and _schema_effect(op).list_return
 
 
 def rests_on_identity(op: torch._ops.OpOverload) -> bool:

@@ -286,3 +286,22 @@ def test_absolute_views_of_inputs_at_unguarded_offsets(program: Callable[..., ob
     original = copy.deepcopy(target)
     eliminate_clones(target)
     check_equivalent(original, target, lambda: (_at_offset(x),))
+
+
+@pytest.mark.parametrize("mode", ["fake", "real", "export-save-load"])
+def test_elements_of_a_list_result_may_share_one_allocation(mode: str) -> None:
+    """``nonzero_numpy`` returns the columns of one tensor (its schema declares fresh results, and
+    none shares an argument's storage): the elements share one fresh storage (found by the soak)."""
+
+    def forward(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a, b = torch.ops.aten.nonzero_numpy.default(x)
+        return a.clone(), b
+
+    inputs = (torch.randn(3, 2),)
+    target: torch.fx.GraphModule | torch.export.ExportedProgram
+    if mode == "export-save-load":
+        target = _save_load(torch.export.export(_module(forward), inputs))
+    else:
+        target = make_fx(forward, tracing_mode=mode)(*inputs)
+    gm = target.graph_module if isinstance(target, torch.export.ExportedProgram) else target
+    check_analysis(aliasing.analyze(target), gm, [t.clone() for t in inputs])
