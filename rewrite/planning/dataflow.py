@@ -151,7 +151,11 @@ def wrap_body(analysis: AliasAnalysis, node: torch.fx.Node) -> torch.fx.GraphMod
     """The subgraph module a ``wrap`` higher-order op calls (None for any other node)."""
     if node.op != "call_function" or node.target is not torch.ops.higher_order.wrap or not node.args:
         return None
-    sub = node.args[0]
+    return _submodule(analysis, node.args[0])
+
+
+def _submodule(analysis: AliasAnalysis, sub: Any) -> torch.fx.GraphModule | None:
+    """The graph module a ``get_attr`` node of the analysed graph names (None for anything else)."""
     module: Any = analysis.target_graph.owning_module
     if not isinstance(sub, torch.fx.Node) or sub.op != "get_attr" or module is None:
         return None
@@ -727,18 +731,8 @@ def _cond_branches(analysis: AliasAnalysis, node: torch.fx.Node) -> list[torch.f
         return None
     if not isinstance(node.args[3], (tuple, list)):
         return None
-    module: Any = analysis.target_graph.owning_module
-    branches = []
-    for sub in node.args[1:3]:
-        found: Any = module
-        if not isinstance(sub, torch.fx.Node) or sub.op != "get_attr" or found is None:
-            return None
-        for part in str(sub.target).split("."):
-            found = getattr(found, part, None)
-        if not isinstance(found, torch.fx.GraphModule):
-            return None
-        branches.append(found)
-    return branches
+    branches = [_submodule(analysis, sub) for sub in node.args[1:3]]
+    return [b for b in branches if b is not None] if all(b is not None for b in branches) else None
 
 
 def _unobserved_in_body(

@@ -45,6 +45,21 @@ def _save_load(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram
     return torch.export.load(buf)
 
 
+def _check_traced(forward: Callable[[torch.Tensor], object], inputs: tuple[torch.Tensor, ...], mode: str) -> None:
+    """Trace ``forward`` (``make_fx`` in ``mode``, or exported, saved and loaded), check the analysis
+    against a real run, then the rewrite against the original on the same inputs."""
+    target: torch.fx.GraphModule | torch.export.ExportedProgram
+    if mode == "export-save-load":
+        target = _save_load(torch.export.export(_module(forward), inputs))
+    else:
+        target = make_fx(forward, tracing_mode=mode)(*inputs)
+    gm = target.graph_module if isinstance(target, torch.export.ExportedProgram) else target
+    check_analysis(aliasing.analyze(target), gm, [t.clone() for t in inputs])
+    original = copy.deepcopy(target)
+    eliminate_clones(target)
+    check_equivalent(original, target, lambda: tuple(t.clone() for t in inputs))
+
+
 def _rewrite_matches(ep: torch.export.ExportedProgram, inputs_by_size: list[tuple[torch.Tensor, ...]]) -> None:
     """Rewrite ``ep`` and compare it with the original on every input tuple (fresh copies each)."""
     original = copy.deepcopy(ep)
@@ -212,17 +227,7 @@ def test_unsafe_split_returns_views(split: str, mode: str) -> None:
         c.add_(1)
         return o * 1, c
 
-    inputs = (torch.randn(4, 3),)
-    target: torch.fx.GraphModule | torch.export.ExportedProgram
-    if mode == "export-save-load":
-        target = _save_load(torch.export.export(_module(forward), inputs))
-    else:
-        target = make_fx(forward, tracing_mode=mode)(*inputs)
-    gm = target.graph_module if isinstance(target, torch.export.ExportedProgram) else target
-    check_analysis(aliasing.analyze(target), gm, [t.clone() for t in inputs])
-    original = copy.deepcopy(target)
-    eliminate_clones(target)
-    check_equivalent(original, target, lambda: tuple(t.clone() for t in inputs))
+    _check_traced(forward, (torch.randn(4, 3),), mode)
 
 
 # -- 4. storage offsets that no run is held to ----------------------------------------------------
@@ -297,11 +302,4 @@ def test_elements_of_a_list_result_may_share_one_allocation(mode: str) -> None:
         a, b = torch.ops.aten.nonzero_numpy.default(x)
         return a.clone(), b
 
-    inputs = (torch.randn(3, 2),)
-    target: torch.fx.GraphModule | torch.export.ExportedProgram
-    if mode == "export-save-load":
-        target = _save_load(torch.export.export(_module(forward), inputs))
-    else:
-        target = make_fx(forward, tracing_mode=mode)(*inputs)
-    gm = target.graph_module if isinstance(target, torch.export.ExportedProgram) else target
-    check_analysis(aliasing.analyze(target), gm, [t.clone() for t in inputs])
+    _check_traced(forward, (torch.randn(3, 2),), mode)
