@@ -45,7 +45,6 @@ from aliasing.core.effects import (
     SINGLE,
     Effect,
     EffectTable,
-    always_aliases_first,
     indexing_effect,
     list_result,
     mutates_metadata,
@@ -55,7 +54,7 @@ from aliasing.core.effects import (
     unknown_effect,
 )
 from aliasing.core.facts import FactsCache, TensorFacts, facts_of_value, is_tensor_meta
-from aliasing.core.fake_values import identity_restored, restore_storage_identity
+from aliasing.core.fake_values import keeps_storage_identity, restore_storage_identity
 from aliasing.core.regions import Region, regions_may_overlap
 from aliasing.core.roles import UNKNOWN_STORAGE, Role
 from aliasing.core.subgraphs import tie_control_flow
@@ -252,20 +251,10 @@ class _Builder:
         return recomputed_copy(node, key)
 
     def keeps_storage_identity(self) -> bool:
-        """Whether some always-aliasing op's fake tensor lives in its argument's fake storage (computed once)."""
+        """Whether the graph's fake values keep storage identity (computed once;
+        :func:`aliasing.core.fake_values.keeps_storage_identity`)."""
         if self._identity is None:
-            self._identity = identity_restored(self.target.graph)
-            for n in () if self._identity else self.target.graph.nodes:
-                op = n.target
-                if n.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or not n.args:
-                    continue
-                first = n.args[0]
-                if not isinstance(first, torch.fx.Node) or not always_aliases_first(op):
-                    continue
-                a, b = self.cache.tensor(n), self.cache.tensor(first)
-                if a is not None and b is not None and a.strided and a.storage_key == b.storage_key:
-                    self._identity = True
-                    break
+            self._identity = keeps_storage_identity(self.target.graph)
         return self._identity
 
     def lying_source(self, node: torch.fx.Node) -> torch.fx.Node | None:

@@ -51,6 +51,7 @@ __all__ = [
     "UntrustedMetadataWarning",
     "computing",
     "identity_restored",
+    "keeps_storage_identity",
     "mark_offsets_unknown",
     "restore_storage_identity",
     "storage_identity_lost",
@@ -167,6 +168,12 @@ def mark_offsets_unknown(placeholders: Iterable[torch.fx.Node]) -> None:
 def identity_restored(graph: torch.fx.Graph) -> bool:
     """Whether :func:`restore_storage_identity` propagated the graph's fake values (they keep identity)."""
     return graph in _RESTORED
+
+
+def keeps_storage_identity(graph: torch.fx.Graph) -> bool:
+    """Whether the graph's fake values keep storage identity: propagated here, or a view of the
+    graph shares its argument's fake storage (:func:`_view_evidence`)."""
+    return graph in _RESTORED or _view_evidence(graph) is True
 
 
 def _needs_propagation(graph: torch.fx.Graph) -> bool:
