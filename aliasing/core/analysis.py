@@ -45,6 +45,7 @@ from aliasing.core.effects import (
     SINGLE,
     Effect,
     EffectTable,
+    composite_lies,
     indexing_effect,
     list_result,
     mutates_metadata,
@@ -175,6 +176,7 @@ class _Builder:
         self._related: dict[int, tuple[int, ...]] = {}
         self._identity: bool | None = None
         self._liars: set[torch.fx.Node] = set()  # calls of ops whose fake kernels lie (run's scan)
+        self._composites: set[torch.fx.Node] = set()  # calls of composite ops, not yet judged (lying_source)
         self._lying_sources: dict[torch.fx.Node, torch.fx.Node] | None = None  # lying_source's map, made once
         self.offset_unknown: list[torch.fx.Node] | None = None  # inputs of unknown storage offset (unknown_offset)
 
@@ -258,13 +260,17 @@ class _Builder:
         return self._identity
 
     def lying_source(self, node: torch.fx.Node) -> torch.fx.Node | None:
-        """The call of an op whose fake kernel the layout audit caught lying that ``node`` is computed
+        """The call of an op whose fake kernel the layout audit caught lying (or of a composite op
+        that runs one: :func:`aliasing.core.effects.composite_lies`) that ``node`` is computed
         from through any chain of arguments (``node`` itself included), or None.
 
         Made once, in one pass in graph order (arguments come before their users), and only
         when the graph calls such an op at all.
         """
         liars = self._liars
+        if self._composites:  # judged on first use: each runs its op on fake values again
+            liars.update(n for n in self._composites if composite_lies(n))
+            self._composites = set()
         if not liars:
             return None  # nothing is computed from a liar
         sources = self._lying_sources
@@ -330,7 +336,7 @@ class _Builder:
     # -- nodes ----------------------------------------------------------------
     def run(self) -> None:
         scan = scan_calls(self.target.graph.nodes, self.cache)
-        self.metadata_mutated, self._liars = scan.metadata_mutated, scan.lying
+        self.metadata_mutated, self._liars, self._composites = scan.metadata_mutated, scan.lying, scan.composite
         aten = torch_level = described = 0
         position, cache, table, returns_tensor = self.position, self.cache, self.effects, _RETURNS_TENSOR
         # (a table whose class answers ``effect`` otherwise answers every node that way)

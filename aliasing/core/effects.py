@@ -55,10 +55,11 @@ from typing import Any, NamedTuple
 
 import torch
 import torch.fx
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from aliasing.core.facts import FactsCache, TensorFacts, is_tensor_meta, known_equal, meta_value, plain_ints
 from aliasing.core.hidden_effects import HIDDEN_EFFECTS
-from aliasing.core.layout_divergences import fake_layout_divergent
+from aliasing.core.layout_divergences import fake_layout_divergent, layout_divergent
 from aliasing.core.registry import classify, fresh_confirmed
 from aliasing.core.resolve import INPLACE_OPERATORS, PURE_OPERATORS, SCALAR_FUNCTIONS, resolve_overload
 
@@ -71,6 +72,10 @@ __all__ = [
     "EffectRule",
     "EffectTable",
     "always_aliases_first",
+    "composite_diverges",
+    "composite_lies",
+    "decomposes",
+    "decomposition",
     "fake_kernel_lies",
     "indexing_effect",
     "list_result",
@@ -287,6 +292,9 @@ class _SchemaEffect:
     #: release did not confirm (:func:`aliasing.core.registry.fresh_confirmed`): each tensor result
     #: may alias every tensor argument, and every tensor argument is read
     undeclared: bool = False
+    #: an ATen op with a CompositeImplicitAutograd kernel (``aten.batch_norm``): a call runs the ops
+    #: it decomposes to (:func:`decomposes`, :func:`aliasing.core.fake_values.composite_lies`)
+    composite: bool = False
 
 
 #: Templates by ``id(op)`` (the op is kept alive in the value, so its id is not reused).
@@ -406,6 +414,8 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
         list_view=list_view,
         fake_divergent=fake_layout_divergent(str(op)),
         undeclared=undeclared,
+        composite=schema.name.startswith("aten::")
+        and torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd"),
     )
 
 
@@ -462,12 +472,17 @@ class CallScan(NamedTuple):
     #: calls of an op whose fake kernel the layout audit caught lying (:func:`fake_kernel_lies`): ATen
     #: overloads, and torch-level calls (functions, tensor methods) that resolve to one
     lying: set[torch.fx.Node]
+    #: calls of ATen ops with a CompositeImplicitAutograd kernel (:func:`decomposes`), and torch-level
+    #: calls that resolve to one: whether one lies rests on what it runs
+    #: (:func:`aliasing.core.fake_values.composite_lies`)
+    composite: set[torch.fx.Node]
 
 
 def scan_calls(nodes: Iterable[torch.fx.Node], facts: FactsCache) -> CallScan:
     """One pass over the calls of ``nodes`` (each op's template rules out most calls at once)."""
     mutated: set[torch.fx.Node] = set()
     lying: set[torch.fx.Node] = set()
+    composite: set[torch.fx.Node] = set()
     for n in nodes:
         kind, op = n.op, n.target
         if kind == "call_function" and isinstance(op, torch._ops.OpOverload):
@@ -475,6 +490,8 @@ def scan_calls(nodes: Iterable[torch.fx.Node], facts: FactsCache) -> CallScan:
             template = hit[1] if hit is not None else _schema_effect(op)
             if template.fake_divergent:
                 lying.add(n)
+            elif template.composite:
+                composite.add(n)
             if not template.mutates_metadata and not template.out_params:
                 continue
         elif kind == "call_function" and op is operator.getitem:
@@ -483,10 +500,12 @@ def scan_calls(nodes: Iterable[torch.fx.Node], facts: FactsCache) -> CallScan:
             resolved = resolve_overload(n)  # a torch-level call: the overload it stands for, if one
             if resolved is not None and fake_kernel_lies(resolved):
                 lying.add(n)
+            elif resolved is not None and decomposes(resolved):
+                composite.add(n)
         elif kind != "call_function":
             continue  # placeholders, attributes, the output, modules (a HOP goes on, as before)
         mutated.update(metadata_written(n, facts))
-    return CallScan(mutated, lying)
+    return CallScan(mutated, lying, composite)
 
 
 def mutates_metadata(target: object) -> bool:
@@ -913,6 +932,13 @@ def fake_kernel_lies(op: torch._ops.OpOverload) -> bool:
     return _schema_effect(op).fake_divergent
 
 
+def decomposes(op: object) -> bool:
+    """Whether ``op`` is an ATen overload with a CompositeImplicitAutograd kernel (``aten.batch_norm``,
+    which ``torch.export`` keeps): a call runs the ops it decomposes to, whose kernels lay its
+    result out (:func:`aliasing.core.fake_values.composite_lies` judges a call by them)."""
+    return isinstance(op, torch._ops.OpOverload) and _schema_effect(op).composite
+
+
 def list_result(op: object) -> bool:
     """Whether ``op`` is an ATen or custom overload with one ``Tensor[]`` result: its elements may be
     views of one allocation (``nonzero_numpy`` unbinds one tensor), whatever its schema says."""
@@ -956,6 +982,27 @@ def recomputed_copy(node: torch.fx.Node, key: object = SINGLE) -> bool:
     op = node.target
     if not isinstance(op, torch._ops.OpOverload):
         return False
+    call = _fake_call(node)
+    if call is None:
+        return False
+    args, kwargs, fakes = call
+    memo = _copy_key(op, args, kwargs, fakes)
+    answers = _RECOMPUTED.get(memo) if memo is not None else None
+    if answers is None:
+        out = _run_fake(op, args, kwargs, fakes[0].fake_mode)
+        answers = _fresh_outputs(out, fakes) if out is not _FAILED else ()
+        if memo is not None:
+            if len(_RECOMPUTED) >= _RECOMPUTED_MAX:
+                _RECOMPUTED.clear()
+            _RECOMPUTED[memo] = answers
+    index = 0 if key is SINGLE else key
+    return type(index) is int and 0 <= index < len(answers) and answers[index]
+
+
+def _fake_call(node: torch.fx.Node) -> tuple[Any, Any, list[Any]] | None:
+    """The node's arguments with its argument nodes' fake tensors in their places, and those fake
+    tensors; None where an argument node has no fake value (or a real tensor: never run), where
+    there is no fake tensor, or where they live in different fake modes."""
     from torch._subclasses.fake_tensor import FakeTensor
 
     missing = False
@@ -976,46 +1023,138 @@ def recomputed_copy(node: torch.fx.Node, key: object = SINGLE) -> bool:
 
     args = torch.fx.node.map_aggregate(node.args, value)
     kwargs = torch.fx.node.map_aggregate(node.kwargs, value)
-    if missing or not fakes:
-        return False
-    mode = fakes[0].fake_mode
-    if any(f.fake_mode is not mode for f in fakes):
-        return False
-    memo = _copy_key(op, args, kwargs, fakes)
-    answers = _RECOMPUTED.get(memo) if memo is not None else None
-    if answers is None:
-        answers = _run_fake(op, args, kwargs, mode, fakes)
-        if memo is not None:
-            if len(_RECOMPUTED) >= _RECOMPUTED_MAX:
-                _RECOMPUTED.clear()
-            _RECOMPUTED[memo] = answers
-    index = 0 if key is SINGLE else key
-    return type(index) is int and 0 <= index < len(answers) and answers[index]
+    if missing or not fakes or any(f.fake_mode is not fakes[0].fake_mode for f in fakes):
+        return None
+    return args, kwargs, fakes
 
 
-def _run_fake(
-    op: torch._ops.OpOverload, args: Any, kwargs: Any, mode: Any, fakes: Sequence[torch.Tensor]
-) -> tuple[bool, ...]:
-    """Per output (one for a tensor result, one per element of a tuple or list), whether the op run
-    on the fake arguments returns it in a storage of no argument; () where it cannot be run."""
+#: What :func:`_run_fake` returns for a call that raised.
+_FAILED: Any = object()
+
+
+def _run_fake(fn: Callable[..., Any], args: Any, kwargs: Any, mode: Any, *inner: Any) -> Any:
+    """``fn(*args, **kwargs)`` under the fake ``mode`` (any tracing mode set aside, without autograd,
+    guards suppressed: a re-run adds nothing to the program's shape environment), inside the
+    dispatch modes ``inner``; :data:`_FAILED` where it raises."""
+    from contextlib import ExitStack
+
     from torch.utils._python_dispatch import _disable_current_modes
 
     shape_env = mode.shape_env
     try:
-        with _disable_current_modes(), mode, torch.no_grad():
+        with ExitStack() as stack:
+            stack.enter_context(_disable_current_modes())
+            stack.enter_context(mode)
+            stack.enter_context(torch.no_grad())
             if shape_env is not None:
-                with shape_env.suppress_guards():
-                    out = op(*args, **kwargs)
-            else:
-                out = op(*args, **kwargs)
-    except Exception:
-        return ()
+                stack.enter_context(shape_env.suppress_guards())
+            for m in inner:
+                stack.enter_context(m)
+            return fn(*args, **kwargs)
+    except Exception:  # (any kernel's error: the call proves nothing)
+        return _FAILED
+
+
+def _fresh_outputs(out: Any, fakes: Sequence[torch.Tensor]) -> tuple[bool, ...]:
+    """Per output (one for a tensor result, one per element of a tuple or list), whether it lives in
+    a storage of none of ``fakes``; () where that cannot be told."""
     results = (out,) if isinstance(out, torch.Tensor) else tuple(out) if isinstance(out, (list, tuple)) else ()
     try:
         keys = {f.untyped_storage()._cdata for f in fakes}
         return tuple(isinstance(r, torch.Tensor) and r.untyped_storage()._cdata not in keys for r in results)
     except Exception:
         return ()
+
+
+# -- what a composite call runs ---------------------------------------------------------------
+#
+# The layout audit (aliasing.verification.layout_audit) judges the overloads that reach a kernel.
+# A CompositeImplicitAutograd op kept in a graph (``aten.batch_norm``, which ``torch.export``
+# keeps) runs ``native_batch_norm`` or ``_native_batch_norm_legit_no_training`` depending on its
+# arguments, and is laid out by what it runs, on fake tensors as eagerly: a call of a composite
+# op (:func:`decomposes`) is judged by the overloads it runs on its own fake arguments. It lies
+# where one of them does, and its meta layout proves nothing where one of them diverges; a call
+# that cannot be run on fake values is taken to lie and diverge.
+
+#: Ops a recording of a decomposition leaves out: they read metadata and compute nothing.
+_NOT_KERNELS = frozenset({"prim.device.default", "aten.sym_size.int", "aten.sym_stride.int", "aten.sym_numel.default"})
+
+
+class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Records the overloads that reach the Python dispatcher (below every composite kernel)."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = str(func)
+        if name not in _NOT_KERNELS:
+            self.ops.add(name)
+        return func(*args, **(kwargs or {}))
+
+
+def decomposition(node: torch.fx.Node) -> frozenset[str] | None:
+    """The overloads (``"aten.native_batch_norm.default"``) that ``node``'s call runs on its
+    arguments' fake tensors (a composite ATen op, or a torch-level call that resolves to one);
+    None where it cannot be run (see :func:`recomputed_copy`) or may change an argument's
+    metadata (the fake values are the graph's own).
+
+    Example
+    -------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> def f(x):
+    ...     return torch.ops.aten.batch_norm.default(x.t(), None, None, None, None, True, 0.1, 1e-5, False)
+    >>> gm = make_fx(f, tracing_mode="fake", pre_dispatch=True)(torch.randn(4, 3))
+    >>> bn = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.batch_norm.default)
+    >>> decomposes(bn.target), sorted(decomposition(bn))
+    (True, ['aten.empty.memory_format', 'aten.native_batch_norm.default'])
+    >>> composite_lies(bn), composite_diverges(bn)
+    (True, True)
+    """
+    op = node.target
+    if mutates_metadata(op):
+        return None
+    call = _fake_call(node)
+    if call is None:
+        return None
+    args, kwargs, fakes = call
+    memo = _copy_key(op, args, kwargs, fakes) if isinstance(op, torch._ops.OpOverload) else None
+    if memo is not None and memo in _DECOMPOSITIONS:
+        return _DECOMPOSITIONS[memo]
+    recorder = _Recorder()
+    if node.op == "call_method":  # a torch-level graph's tensor method
+        out = _run_fake(lambda *a, **k: getattr(a[0], str(op))(*a[1:], **k), args, kwargs, fakes[0].fake_mode, recorder)
+    elif callable(op):
+        out = _run_fake(op, args, kwargs, fakes[0].fake_mode, recorder)
+    else:
+        return None
+    ops = None if out is _FAILED else frozenset(recorder.ops)
+    if memo is not None:
+        if len(_DECOMPOSITIONS) >= _RECOMPUTED_MAX:
+            _DECOMPOSITIONS.clear()
+        _DECOMPOSITIONS[memo] = ops
+    return ops
+
+
+#: Answers of :func:`decomposition` by op and argument layouts (what a composite kernel runs
+#: depends on nothing else); bounded like :data:`_RECOMPUTED`.
+_DECOMPOSITIONS: dict[tuple[Any, ...], frozenset[str] | None] = {}
+
+
+def composite_lies(node: torch.fx.Node) -> bool:
+    """Whether the fake layout recorded for a call of a composite op may not be its eager one: an
+    op it runs has a fake kernel the layout audit caught lying, or it cannot be run."""
+    ops = decomposition(node)
+    return ops is None or any(fake_layout_divergent(o) for o in ops)
+
+
+def composite_diverges(node: torch.fx.Node) -> bool:
+    """Whether a composite op's meta or fake layout proves nothing of its eager one: an op it runs
+    diverges in the layout audit, or it cannot be run."""
+    ops = decomposition(node)
+    return ops is None or any(layout_divergent(o) for o in ops)
 
 
 #: Answers of :func:`recomputed_copy` by op and argument layouts (the fake kernel's choice

@@ -41,6 +41,7 @@ import torch
 import torch.fx
 
 from aliasing import AliasAnalysis
+from aliasing.core.effects import composite_diverges, decomposes
 from aliasing.core.facts import TensorFacts, same_layout
 from aliasing.core.layout_divergences import layout_divergent
 from aliasing.core.resolve import resolve_overload
@@ -689,8 +690,8 @@ def _unobserved(
     if op is None or op.namespace != "aten":
         return False
     name = _name(op)
-    if layout_divergent(str(op)):
-        return False  # the layout audit saw its meta or fake kernel lay a result out otherwise than eager
+    if layout_divergent(str(op)) or (decomposes(op) and composite_diverges(user)):
+        return False  # the layout audit saw its meta or fake kernel (or one it runs) lay a result out otherwise than eager
     effect = analysis.effect_of(user)
     writes = effect.writes if effect is not None else ()
     used = bool(users(user))

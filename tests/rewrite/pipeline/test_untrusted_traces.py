@@ -46,11 +46,13 @@ def _save_load(ep: torch.export.ExportedProgram) -> torch.export.ExportedProgram
 
 
 def _check_traced(forward: Callable[[torch.Tensor], object], inputs: tuple[torch.Tensor, ...], mode: str) -> None:
-    """Trace ``forward`` (``make_fx`` in ``mode``, or exported, saved and loaded), check the analysis
+    """Trace ``forward`` (``make_fx`` in ``mode``, or exported, and saved and loaded), check the analysis
     against a real run, then the rewrite against the original on the same inputs."""
     target: torch.fx.GraphModule | torch.export.ExportedProgram
     if mode == "export-save-load":
         target = _save_load(torch.export.export(_module(forward), inputs))
+    elif mode == "export":
+        target = torch.export.export(_module(forward), inputs)
     else:
         target = make_fx(forward, tracing_mode=mode)(*inputs)
     gm = target.graph_module if isinstance(target, torch.export.ExportedProgram) else target
@@ -303,3 +305,25 @@ def test_elements_of_a_list_result_may_share_one_allocation(mode: str) -> None:
         return a.clone(), b
 
     _check_traced(forward, (torch.randn(3, 2),), mode)
+
+
+# -- 5. fake layouts of composite ops -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["fake", "real", "export", "export-save-load"])
+def test_composite_op_is_laid_out_by_what_it_runs(mode: str) -> None:
+    """``torch.export`` keeps ``aten.batch_norm`` (CompositeImplicitAutograd), which runs
+    ``native_batch_norm``: eagerly the result of a transposed input is contiguous, its fake
+    kernel records it transposed. ``reshape`` of the clone is then a view, not the copy the
+    recorded layout says, and ``add_`` writes ``v`` (found by the soak in loaded programs)."""
+
+    def forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        o = x * 1
+        n = o.shape[0]
+        v = torch.nn.functional.batch_norm(o.t(), torch.zeros(n), torch.ones(n), training=False)
+        c = v.clone()
+        r = c.reshape(-1)
+        r.add_(1)
+        return v * 1, r * 1
+
+    _check_traced(forward, (torch.randn(6, 4),), mode)
