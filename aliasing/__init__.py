@@ -21,20 +21,17 @@ real execution). Data flows one way: facts read from the graph's metadata, effec
 the analysis, then what is built from an analysis. Each module imports only
 modules of the layers above its own (``tests/project/test_layering.py`` reads the
 imports and checks them against this list, the only list of the layers:
-docs/DESIGN.md refers to it); nothing here imports :mod:`rewrite`.
+docs/DESIGN.md refers to it); nothing here imports :mod:`rewrite`, and nothing in either
+package imports the maintainer tools (``tools``, outside the wheel).
 
 1. errors, core, pictures, verification: the exception classes of the package; the three subpackages (docstrings only)
-2. core.roles, core.regions, core.hidden_effects, core.resolve, core.layout_divergences, verification.time_limit: boundary roles, byte regions, tables, the audits' per-sample time limit
-3. core.facts, core.target, core.registry, verification.campaign: what node metadata says; what the caller passed, validated; how each ATen overload's effects are known; campaigns of work items (worker processes, shards, resumable results, Ray) for the audits and the soak
+2. core.roles, core.regions, core.hidden_effects, core.resolve, core.layout_divergences: boundary roles, byte regions, tables
+3. core.facts, core.target, core.registry: what node metadata says; what the caller passed, validated; how each ATen overload's effects are known
 4. core.effects: the rule table, one effect per op, with a conservative default
 5. core.subgraphs, core.fake_values: control-flow rules, given the analysis entry point (they do not import it); fake values computed as torch does, re-propagated where a loaded program lost storage identity
 6. core.analysis: ``analyze`` and the immutable ``AliasAnalysis``; ``DEFAULT_EFFECTS``
-7. pictures.storage_graph, verification.oracle, verification.layout_audit: the networkx graph of an analysis and its DOT picture; real-execution checks of one; meta and fake layouts against eager
-8. verification.audit.ops, pictures.timeline: which ops the effects audit over PyTorch's operator database runs, and its work items; the storage timeline picture
-9. verification.audit.report, verification.storage_audit: the effects audit's results, JSON report and Markdown summary; the storage-sharing audit (does a result of a `pure` overload share an argument's storage), its table per release and its reports
-10. verification.audit.run: the effects audit's checks, one sample and one op at a time, and its campaign
-11. verification.audit.__main__: the effects audit's command line
-12. verification.audit: the effects audit's package (its public names)
+7. pictures.storage_graph, verification.oracle: the networkx graph of an analysis and its DOT picture; real-execution checks of one
+8. pictures.timeline: the storage timeline picture
 
 Example
 -------

@@ -3,9 +3,9 @@
 Every error the library raises on purpose derives from :class:`AliasingError`.
 Messages that concern a graph node show it with ``node.format_node()``.
 The modules that raise them re-export them under their old names
-(``aliasing.verification.oracle.AnalysisUnsound``, ``aliasing.pictures.storage_graph.RenderingError``,
-``aliasing.verification.time_limit.SampleTimeout``...), so either import works; the errors of
-:mod:`rewrite` are in :mod:`rewrite.errors`.
+(``aliasing.verification.oracle.AnalysisUnsound``, ``aliasing.pictures.storage_graph.RenderingError``...),
+so either import works; the errors of :mod:`rewrite` are in :mod:`rewrite.errors` (and those of
+the maintainer tools, outside the package, in ``tools/errors.py``).
 """
 
 from __future__ import annotations
@@ -15,17 +15,13 @@ import torch.fx
 __all__ = [
     "AliasingError",
     "AnalysisUnsound",
-    "AuditError",
-    "CampaignError",
     "InvalidTargetError",
-    "LayoutAuditError",
     "MissingMetadataWarning",
     "NoAtenOpsWarning",
     "NodeError",
     "OpaqueSubgraph",
     "OracleUnavailable",
     "RenderingError",
-    "SampleTimeout",
     "UnknownNodeError",
     "describe_node",
 ]
@@ -77,24 +73,6 @@ class OracleUnavailable(AliasingError, ImportError):
 
 class RenderingError(AliasingError):
     """A picture could not be drawn: Graphviz or matplotlib is missing, or it failed."""
-
-
-class LayoutAuditError(AliasingError, ValueError):
-    """The layout audit was asked for something it cannot do (an unknown op or layout class)."""
-
-
-class SampleTimeout(BaseException):
-    """Raised by the alarm when one sample runs past its time limit (a BaseException, so
-    that an op's own ``except Exception`` cannot swallow it; :func:`aliasing.verification.time_limit.time_limit`)."""
-
-
-class AuditError(AliasingError, ValueError):
-    """The audit was asked for something it cannot do (an unknown op name, a bad setting)."""
-
-
-class CampaignError(AliasingError, ValueError):
-    """A campaign cannot run or merge as asked: a malformed shard, a results file of another
-    campaign, shards that do not cover the items, a worker that cannot start."""
 
 
 class NoAtenOpsWarning(UserWarning):

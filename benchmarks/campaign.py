@@ -2,7 +2,7 @@
 
 Runs the soak over seeds ``0 .. --rounds - 1`` (``--examples`` programs a round)
 and the effects audit over ``--ops`` (``--max-samples`` samples, no export),
-each in one process and then through :mod:`aliasing.verification.campaign` in 1 and 2
+each in one process and then through :mod:`tools.campaign` in 1 and 2
 worker processes (``--workers``), every run in a fresh interpreter; checks that
 every run gives the same totals, and prints per run: wall seconds (the workers'
 start included, the interpreter's not), the items' own wall and CPU seconds
@@ -33,9 +33,8 @@ from typing import Any
 
 import torch
 
-from aliasing.verification import audit
-from aliasing.verification.campaign import CampaignOptions, Outcome, run_campaign
-from rewrite.testing import soak
+from tools import audit, soak
+from tools.campaign import CampaignOptions, Outcome, run_campaign
 
 __all__ = ["main", "time_audit", "time_soak"]  # (each run in a fresh interpreter: see _one)
 

@@ -2,7 +2,7 @@
 
 On random aliasing-heavy programs of :func:`rewrite.testing.programs` (drawn
 in batches of 100, seeds ``--seed``, ``--seed + 1``, ...), the greedy oracle
-(:func:`rewrite.testing.greedy_removable`: every clone tried in graph order on
+(:func:`tools.precision.greedy_removable`: every clone tried in graph order on
 top of the removals kept so far, kept when the four soundness clauses hold
 against the original on three input draws) says how many clones can go. Each
 row runs ``eliminate_clones`` with more of its refinements turned on
@@ -25,7 +25,7 @@ removals the pass makes too (no credit for clones greedy keeps, so a program
 where the pass beats greedy cannot hide a miss elsewhere), programs short of
 greedy, programs beating it, unsound rewrites (their removals do not count).
 
-Each batch of 100 programs is one work item of a campaign (:mod:`aliasing.verification.campaign`):
+Each batch of 100 programs is one work item of a campaign (:mod:`tools.campaign`):
 ``--jobs N`` measures batches in N worker processes, ``--shard K/N`` one of N
 disjoint parts of them, ``--results PATH`` records each batch as it ends (and
 resumes from it), ``--ray ADDRESS`` runs them on a Ray cluster, and ``--merge
@@ -54,10 +54,11 @@ from typing import Any
 
 import torch
 
-from aliasing.verification import campaign
-from aliasing.verification.campaign import CampaignError, Outcome, WorkItem
 from rewrite.testing.equivalence import copy_program
-from rewrite.testing.precision import (
+from rewrite.testing.programs import Program
+from tools import campaign
+from tools.campaign import CampaignError, Outcome, WorkItem
+from tools.precision import (
     BATCH,
     PassFn,
     PrecisionReport,
@@ -67,7 +68,6 @@ from rewrite.testing.precision import (
     refined_pass,
     sample_programs,
 )
-from rewrite.testing.programs import Program
 
 __all__ = ["ROWS", "TOOL", "main", "measure"]
 

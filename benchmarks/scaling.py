@@ -63,7 +63,7 @@ taken at the largest size, growth factors between the two largest sizes
 (16k -> 64k).
 
 Side by side, the script compares ``eliminate_clones`` with the UNSOUND
-output-only baseline (:mod:`rewrite.testing.broken`) on a small synthetic graph
+output-only baseline (:mod:`tools.broken`) on a small synthetic graph
 (``--check-size``) and on the named programs of :mod:`benchmarks.programs`:
 clones removed by each, whether ``rewrite.testing.check_equivalent`` accepts the
 whole rewritten program, and how many of the baseline's removals it rejects
@@ -105,7 +105,7 @@ from rewrite.errors import NotEquivalent
 from rewrite.planning.decisions import Decision, Reason
 from rewrite.planning.planner import is_clone_candidate
 from rewrite.testing import check_equivalent, copy_program
-from rewrite.testing.broken import output_only_clone_elimination, plan_output_only, remove_clones
+from tools.broken import output_only_clone_elimination, plan_output_only, remove_clones
 
 __all__ = [
     "TARGETS",

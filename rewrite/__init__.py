@@ -22,13 +22,36 @@ Example
 ('clone',)
 """
 
-from rewrite.editing.apply import apply_decisions
-from rewrite.errors import NotEquivalent, RewriteError
-from rewrite.pipeline.driver import lower_and_eliminate
-from rewrite.pipeline.eliminate import eliminate_clones
-from rewrite.pipeline.reports import PipelineReport
-from rewrite.planning.decisions import CloneEliminationReport, Decision, Reason
-from rewrite.planning.planner import is_clone_candidate, plan_clone_elimination
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rewrite.editing.apply import apply_decisions
+    from rewrite.errors import NotEquivalent, RewriteError
+    from rewrite.pipeline.driver import lower_and_eliminate
+    from rewrite.pipeline.eliminate import eliminate_clones
+    from rewrite.pipeline.reports import PipelineReport
+    from rewrite.planning.decisions import CloneEliminationReport, Decision, Reason
+    from rewrite.planning.planner import is_clone_candidate, plan_clone_elimination
+
+#: Where each public name lives. They are imported on first use (PEP 562), so that
+#: ``import rewrite`` (and the ``fx-aliasing`` command's ``--help``, ``--version`` and
+#: argument errors, :mod:`rewrite.cli`) does not import torch.
+_HOMES = {
+    "CloneEliminationReport": "rewrite.planning.decisions",
+    "Decision": "rewrite.planning.decisions",
+    "NotEquivalent": "rewrite.errors",
+    "PipelineReport": "rewrite.pipeline.reports",
+    "Reason": "rewrite.planning.decisions",
+    "RewriteError": "rewrite.errors",
+    "apply_decisions": "rewrite.editing.apply",
+    "eliminate_clones": "rewrite.pipeline.eliminate",
+    "is_clone_candidate": "rewrite.planning.planner",
+    "lower_and_eliminate": "rewrite.pipeline.driver",
+    "plan_clone_elimination": "rewrite.planning.planner",
+}
 
 __all__ = [
     "CloneEliminationReport",
@@ -43,3 +66,16 @@ __all__ = [
     "lower_and_eliminate",
     "plan_clone_elimination",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'rewrite' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # the next lookup finds it directly
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -3,18 +3,22 @@
 ``fx-aliasing explain PROGRAM.pt2`` loads a program saved with
 ``torch.export.save`` and prints:
 
-1. the program's inputs (placeholder positions, names and roles);
-2. the storages: id, role and the values that live in each;
-3. the alias sets: values that may share storage, with the pairs inside a set
+1. a summary: nodes, inputs by role, storages, alias sets, and the copy
+   candidates counted by kind and action (:mod:`rewrite.counts`);
+2. the clone-elimination decisions, one row per copy candidate (a clone or a
+   ``copy_``), with their reasons (and what each means) and evidence;
+3. the program's inputs (placeholder positions, names and roles);
+4. the storages: id, role and the values that live in each;
+5. the alias sets: values that may share storage, with the pairs inside a set
    whose regions provably do not overlap;
-4. the reads and writes of each storage, in graph order;
-5. the clone-elimination decisions, with their reasons (and what each means)
-   and evidence.
+6. the reads and writes of each storage, in graph order.
 
-``--html FILE`` also writes one self-contained HTML report (summary, decision
-table, storage timeline, storage graph, close-ups per clone, the code with
-removed and kept clones marked); ``--timeline FILE`` (``.svg`` or ``.png``) and
-``--dot FILE`` write the pictures alone.
+``--summary`` prints only the first two; ``--json`` prints the decisions and
+their counts as JSON instead (:meth:`rewrite.explain.Explanation.as_dict` has
+the schema). ``--html FILE`` also writes one self-contained HTML report
+(summary, decision table, storage timeline, storage graph, close-ups per clone,
+the code with removed and kept clones marked); ``--timeline FILE`` (``.svg`` or
+``.png``) and ``--dot FILE`` write the pictures alone.
 
 ``fx-aliasing rewrite PROGRAM.pt2 -o OUT.pt2`` saves the program with the clones
 it does not need removed; ``--donated`` (both commands) names the inputs the
@@ -26,10 +30,15 @@ compares them (:func:`rewrite.testing.check_equivalent`).
 (:mod:`rewrite.examples`), traced with ``make_fx``, and checks the rewrite on
 random inputs.
 
-Paths and arguments are checked before any work starts. Phases that take more
-than a second say so on standard error. The exit status is 0 on success, 1 when
+This module parses and checks the arguments without importing torch:
+``--help``, ``--version`` and every usage error answer at once. The commands
+themselves (:mod:`rewrite.commands`) are imported once the arguments are
+checked. Paths and arguments are checked before any work starts; what can only
+be checked against the loaded program (``--donated`` positions and names) is
+checked right after loading it. The exit status is 0 on success, 1 when
 loading, the analysis, the rewrite or a check fails (with a message on standard
-error), 2 on a usage error.
+error), 2 on a usage error (the usage, then one ``error:`` line naming the
+argument). Phases that take more than a second say so on standard error.
 
 Examples
 --------
@@ -46,80 +55,56 @@ import contextlib
 import importlib.metadata
 import importlib.util
 import os
+import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import torch
-import torch.fx
-
-from aliasing import AliasingError, RenderingError, analyze, graphviz_available, render_dot, save_timeline
-from rewrite import eliminate_clones
-from rewrite.editing.copying import copy_program
-from rewrite.errors import DemoFailed, NotEquivalent, OracleError, UsageError
-from rewrite.examples import DEMO_DONATED_INPUTS, TracingMode, demo_block, trace_demo
-from rewrite.explain import (
-    Explanation,
-    ProgramFileError,
-    explain,
-    format_accesses,
-    format_alias_sets,
-    format_storages,
-    import_modules,
-    load_program,
-    save_program,
-)
-from rewrite.testing.equivalence import check_equivalent
+if TYPE_CHECKING:
+    from rewrite.commands import count_clones, run_demo
+    from rewrite.errors import DemoFailed, UsageError  # noqa: F401  (their old names here: rewrite.errors)
 
 __all__ = ["ProgressReporter", "build_parser", "count_clones", "main", "run_demo", "version_text"]
-
-#: How many independent random input sets the demo's equivalence check runs.
-EQUIVALENCE_TRIALS: int = 3
 
 #: A phase that runs longer than this many seconds says so on standard error.
 PROGRESS_AFTER_S: float = 1.0
 
-_CLONE_OPS = (torch.ops.aten.clone.default, torch.ops.aten._to_copy.default)
+#: Names this module gives from the modules that import torch, imported on first use.
+_LAZY = {
+    "count_clones": "rewrite.commands",
+    "run_demo": "rewrite.commands",
+    "EQUIVALENCE_TRIALS": "rewrite.commands",
+    "DemoFailed": "rewrite.errors",
+    "UsageError": "rewrite.errors",
+}
 
 
-def count_clones(gm: torch.fx.GraphModule) -> int:
-    """Number of ``aten.clone`` and ``aten._to_copy`` nodes in ``gm``'s graph.
+def __getattr__(name: str) -> Any:
+    home = _LAZY.get(name)
+    if home is None:
+        raise AttributeError(f"module 'rewrite.cli' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)
 
-    Parameters
-    ----------
-    gm : torch.fx.GraphModule
-        An ATen-level graph.
 
-    Returns
-    -------
-    int
-        Count of clone-like copy nodes (the candidates of clone elimination).
-
-    Examples
-    --------
-    >>> from rewrite.examples import trace_demo
-    >>> count_clones(trace_demo())
-    5
-    """
-    return sum(1 for n in gm.graph.nodes if n.op == "call_function" and n.target in _CLONE_OPS)
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:  # a source checkout that is not installed
+        return "(not installed)"
 
 
 def version_text() -> str:
-    """``fx-aliasing X.Y.Z (torch A.B.C)``.
+    """``fx-aliasing X.Y.Z (torch A.B.C)``, read from the installed packages' metadata (torch is not imported).
 
     Examples
     --------
     >>> version_text().startswith("fx-aliasing ")
     True
     """
-    try:
-        ours = importlib.metadata.version("fx-aliasing")
-    except importlib.metadata.PackageNotFoundError:  # a source checkout that is not installed
-        ours = "(not installed)"
-    return f"fx-aliasing {ours} (torch {torch.__version__})"
+    return f"fx-aliasing {_version('fx-aliasing')} (torch {_version('torch')})"
 
 
 class ProgressReporter:
@@ -174,84 +159,131 @@ class ProgressReporter:
                     print(f"fx-aliasing: {label} done ({time.monotonic() - started:.1f} s)", file=stream, flush=True)
 
 
-# --- argument checks (before any work) ----------------------------------------
+# --- argument checks (before any work, and before torch is imported) ----------------
+
+
+class _BadArgument(Exception):
+    """A path or an argument is wrong (found before torch is imported); exit status 2."""
 
 
 def _input_file(text: str) -> Path:
     path = Path(text)
     if not path.exists():
-        raise UsageError(f"{text}: no such file")
+        raise _BadArgument(f"{text}: no such file")
     if not path.is_file():
-        raise UsageError(f"{text} is not a file")
+        raise _BadArgument(f"{text} is not a file")
     if not os.access(path, os.R_OK):
-        raise UsageError(f"{text} is not readable")
+        raise _BadArgument(f"{text} is not readable")
     return path
 
 
 def _output_file(path: Path, what: str, inputs: Sequence[Path], suffixes: Sequence[str] = ()) -> Path:
     if suffixes and path.suffix.lower() not in suffixes:
-        raise UsageError(f"{what} {path}: the file name must end with {' or '.join(suffixes)}")
+        raise _BadArgument(f"{what} {path}: the file name must end with {' or '.join(suffixes)}")
     if path.is_dir():
-        raise UsageError(f"{what} {path} is a directory")
+        raise _BadArgument(f"{what} {path} is a directory")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        raise UsageError(f"{what} {path}: the folder {parent} does not exist")
+        raise _BadArgument(f"{what} {path}: the folder {parent} does not exist")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UsageError(f"{what} {path} is not writable")
+        raise _BadArgument(f"{what} {path} is not writable")
     for other in inputs:
         if path.resolve() == other.resolve():
-            raise UsageError(f"{what} {path} is the input program; choose another file")
+            raise _BadArgument(f"{what} {path} is the input program; choose another file")
     return path
 
 
 def _donated(text: str | None) -> tuple[int | str, ...]:
+    """``--donated``'s positions and names (whether the program has them is checked once it is loaded)."""
     if not text:
         return ()
     items: list[int | str] = []
     for part in text.split(","):
         part = part.strip()
         if not part:
-            raise UsageError(f"--donated {text!r}: an empty entry (use commas between positions or names)")
+            raise _BadArgument(f"--donated {text!r}: an empty entry (use commas between positions or names)")
         if part.isdigit():
             items.append(int(part))
         elif part.isidentifier():
             items.append(part)
         else:
-            raise UsageError(f"--donated {text!r}: {part!r} is neither a placeholder position nor a name")
+            raise _BadArgument(f"--donated {text!r}: {part!r} is neither a placeholder position nor a name")
     return tuple(items)
 
 
+def _importable(modules: Sequence[str]) -> None:
+    """``--import``: each name is a module name whose top-level package exists (found, not imported)."""
+    if modules and os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # --import finds ./myops.py, as `python -m` does (the console script does not)
+    for module in modules:
+        if not all(part.isidentifier() for part in module.split(".")):
+            raise _BadArgument(f"--import {module!r}: not a module name")
+        top = module.partition(".")[0]
+        try:
+            found = importlib.util.find_spec(top) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise _BadArgument(f"--import {module}: no module named {top!r} (on sys.path or in the current folder)")
+
+
 #: ``--dot`` file suffixes that Graphviz renders (any other suffix gets the DOT text).
-_RENDERED = {".svg": "svg", ".png": "png"}
+_RENDERED = (".svg", ".png")
 _IMAGES = (".pdf", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".eps", ".ps")
 
 
 def _dot_target(path: Path, what: str = "--dot") -> Path:
     """Refuse a ``--dot`` file that would get DOT text under an image's name, before any work."""
     suffix = path.suffix.lower()
-    if suffix in _RENDERED and not graphviz_available():
-        raise UsageError(
+    # (aliasing.graphviz_available asks the same question, but importing aliasing imports torch)
+    if suffix in _RENDERED and shutil.which("dot") is None:
+        raise _BadArgument(
             f"{what} {path}: rendering {suffix[1:].upper()} needs Graphviz's dot program "
             "(apt-get install graphviz), or name a .dot file to get the DOT text"
         )
     if suffix in _IMAGES:
-        raise UsageError(f"{what} {path}: writes DOT text (.dot, .gv) or renders .svg and .png; not {suffix}")
+        raise _BadArgument(f"{what} {path}: writes DOT text (.dot, .gv) or renders .svg and .png; not {suffix}")
     return path
-
-
-def _write_dot(path: Path, source: str) -> str:
-    """Write the storage graph: rendered by Graphviz for .svg/.png, DOT text otherwise; what was written."""
-    fmt = _RENDERED.get(path.suffix.lower())
-    if fmt is None:
-        path.write_text(source)
-        return "Graphviz DOT"
-    path.write_bytes(render_dot(source, "svg" if fmt == "svg" else "png"))
-    return f"{fmt.upper()}, rendered by Graphviz's dot"
 
 
 def _needs_matplotlib(option: str) -> None:
     if importlib.util.find_spec("matplotlib") is None:
-        raise UsageError(f"{option} draws the storage timeline with matplotlib: pip install 'fx-aliasing[notebooks]'")
+        raise _BadArgument(f"{option} draws the storage timeline with matplotlib: pip install 'fx-aliasing[notebooks]'")
+
+
+def _check_program_options(args: argparse.Namespace) -> None:
+    """``explain`` and ``rewrite``: the program, ``--donated`` and ``--import``; sets
+    ``args.program_path`` and ``args.donated_items``."""
+    args.program_path = _input_file(args.program)
+    args.donated_items = _donated(args.donated)
+    _importable(args.imports)
+
+
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Every check that needs no loaded program, in the order the options are documented."""
+    if args.command == "demo":
+        if args.dot is not None:
+            _dot_target(args.dot)
+        if args.html is not None:
+            _output_file(args.html, "--html", [], (".html", ".htm"))
+            _needs_matplotlib("--html")
+    elif args.command == "explain":
+        _check_program_options(args)
+        program = [args.program_path]
+        if args.html is not None:
+            _output_file(args.html, "--html", program, (".html", ".htm"))
+            _needs_matplotlib("--html")
+        if args.timeline is not None:
+            _output_file(args.timeline, "--timeline", program, (".svg", ".png"))
+            _needs_matplotlib("--timeline")
+        if args.dot is not None:
+            _dot_target(_output_file(args.dot, "--dot", program))
+        written = [p for p in (args.html, args.timeline, args.dot) if p is not None]
+        if len({p.resolve() for p in written}) < len(written):
+            raise _BadArgument("--html, --timeline and --dot must name different files")
+    elif args.command == "rewrite":
+        _check_program_options(args)
+        _output_file(args.output, "-o", [args.program_path])
 
 
 # --- the parser -----------------------------------------------------------------
@@ -271,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fx-aliasing",
         description="Alias, overlap and mutation analysis for torch.fx graphs, "
         "and a sound clone-elimination pass.",
+        epilog="Exit status: 0 on success, 1 when loading, the analysis, the rewrite or a check fails, "
+        "2 on a usage error.",
     )
     parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -316,10 +350,17 @@ def _add_explain_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     ex.add_argument("--html", metavar="FILE", type=Path, help="write a self-contained HTML report to FILE")
     ex.add_argument("--timeline", metavar="FILE", type=Path, help="write the storage timeline to FILE (.svg or .png)")
     ex.add_argument("--dot", metavar="FILE", type=Path, help=_DOT_HELP)
-    ex.add_argument(
+    output = ex.add_mutually_exclusive_group()
+    output.add_argument(
         "--summary",
         action="store_true",
         help="print only the summary and the clone decisions (a few dozen lines on large programs)",
+    )
+    output.add_argument(
+        "--json",
+        action="store_true",
+        help="print the decisions and their counts as JSON (sorted keys) instead of the text; "
+        "what else is said goes to standard error",
     )
 
 
@@ -352,7 +393,11 @@ def _add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     demo.add_argument("--dot", metavar="FILE", type=Path, help=_DOT_HELP)
     demo.add_argument("--html", metavar="FILE", type=Path, help="write the HTML report of the block to FILE")
-    demo.add_argument("--no-rewrite", action="store_true", help="only analyse; skip clone elimination")
+    demo.add_argument(
+        "--no-rewrite",
+        action="store_true",
+        help="only analyse: print no decision table and no rewritten graph, check no equivalence",
+    )
     demo.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
     demo.add_argument(
         "--tracing-mode",
@@ -362,201 +407,21 @@ def _add_demo_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
 
 
-# --- demo -----------------------------------------------------------------------
+# --- main -------------------------------------------------------------------------
 
 
-def _rewrite_and_check(
-    gm: torch.fx.GraphModule,
-    make_inputs: Callable[..., tuple[torch.Tensor, ...]],
-    seed: int,
-    donated: tuple[int, ...],
-    out: TextIO,
-) -> None:
-    rewritten = copy_program(gm)
-    if not isinstance(rewritten, torch.fx.GraphModule):
-        raise DemoFailed(f"copy_program returned {type(rewritten).__name__}, expected a GraphModule")
-    before = count_clones(rewritten)
-    report = eliminate_clones(rewritten, donated_inputs=donated)
-    after = count_clones(rewritten)
-    print("\n== clone elimination ==", file=out)
-    print(str(report), file=out)
-    print(f"clones: {before} before, {after} after (removed {len(report.removed)}: {', '.join(report.removed) or '-'})", file=out)
-    if before - after != len(report.removed):
-        raise DemoFailed(
-            f"the report lists {len(report.removed)} removed clones but the graph lost {before - after}"
-        )
-    print("\n== rewritten graph ==", file=out)
-    print(rewritten.code.strip(), file=out)
-    seeds = [seed + i for i in range(EQUIVALENCE_TRIALS)]
-    for s in seeds:
-        try:
-            check_equivalent(gm, rewritten, make_inputs(seed=s), donated_inputs=donated)
-        except NotEquivalent as exc:
-            print(f"equivalent: NO (seed {s})", file=out)
-            raise DemoFailed(f"the rewritten program is not equivalent to the original (seed {s}): {exc}") from exc
-    print(f"equivalent: yes ({len(seeds)} random input sets, seeds {seeds[0]}..{seeds[-1]})", file=out)
-
-
-def run_demo(
-    *,
-    dot: Path | None = None,
-    html: Path | None = None,
-    rewrite: bool = True,
-    seed: int = 0,
-    tracing_mode: TracingMode = "fake",
-    out: TextIO | None = None,
-) -> None:
-    """Run the demo, printing to ``out`` (standard output by default).
-
-    Parameters
-    ----------
-    dot : Path, optional
-        Where to write the storage graph as Graphviz DOT.
-    html : Path, optional
-        Where to write the HTML report of the block.
-    rewrite : bool
-        Also run clone elimination and the equivalence check.
-    seed : int
-        Seed of the tracing inputs and first seed of the equivalence check.
-    tracing_mode : {"fake", "symbolic"}
-        ``make_fx`` tracing mode.
-    out : TextIO, optional
-        Stream to print to.
-
-    Raises
-    ------
-    DemoFailed
-        When a step fails; the message says which.
-    aliasing.AliasingError
-        When the analysis or the rewrite raises.
-
-    Examples
-    --------
-    >>> import io
-    >>> buf = io.StringIO()
-    >>> run_demo(rewrite=False, out=buf)
-    >>> "== storages ==" in buf.getvalue()
-    True
-    """
-    stream = sys.stdout if out is None else out
-    _, make_inputs = demo_block()
-    gm = trace_demo(tracing_mode, seed=seed)
-    n_nodes = len(gm.graph.nodes)
-    print(
-        f"fx-aliasing demo: transformer-style block traced with make_fx "
-        f"(tracing_mode={tracing_mode}), {n_nodes} nodes, {count_clones(gm)} clones",
-        file=stream,
-    )
-    print("\n== graph ==", file=stream)
-    print(gm.code.strip(), file=stream)
-    analysis = analyze(gm, donated_inputs=DEMO_DONATED_INPUTS)
-    print("\n== storages ==\n" + format_storages(analysis), file=stream)
-    print("\n== alias sets (values that may share storage) ==\n" + format_alias_sets(analysis), file=stream)
-    print("\n== reads and writes per storage, in graph order ==\n" + format_accesses(analysis), file=stream)
-    if dot is not None or html is not None:
-        explanation = explain(gm, donated_inputs=DEMO_DONATED_INPUTS, name="the demo block")
-        if dot is not None:
-            try:
-                written = _write_dot(dot, explanation.dot())
-            except (OSError, RenderingError) as exc:
-                raise DemoFailed(f"cannot write {dot}: {exc}") from exc
-            print(f"\nwrote the storage graph to {dot} ({written})", file=stream)
-        if html is not None:
-            try:
-                explanation.write_html(html)
-            except ProgramFileError as exc:
-                raise DemoFailed(str(exc)) from exc
-            print(f"\nwrote the HTML report to {html}", file=stream)
-    if rewrite:
-        _rewrite_and_check(gm, make_inputs, seed, DEMO_DONATED_INPUTS, stream)
-
-
-# --- explain and rewrite ----------------------------------------------------------
-
-
-def _load(args: argparse.Namespace, progress: ProgressReporter) -> torch.export.ExportedProgram:
-    if args.imports and os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())  # --import finds ./myops.py, as `python -m` does (the console script does not)
-    import_modules(args.imports)
-    with progress(f"loading {args.program}"):
-        return load_program(args.program)
-
-
-def _run_explain(args: argparse.Namespace, progress: ProgressReporter, out: TextIO) -> None:
-    program_path = _input_file(args.program)
-    donated = _donated(args.donated)
-    if args.html is not None:
-        _output_file(args.html, "--html", [program_path], (".html", ".htm"))
-        _needs_matplotlib("--html")
-    if args.timeline is not None:
-        _output_file(args.timeline, "--timeline", [program_path], (".svg", ".png"))
-        _needs_matplotlib("--timeline")
-    if args.dot is not None:
-        _dot_target(_output_file(args.dot, "--dot", [program_path]))
-    written = [p for p in (args.html, args.timeline, args.dot) if p is not None]
-    if len({p.resolve() for p in written}) < len(written):
-        raise UsageError("--html, --timeline and --dot must name different files")
-
-    program = _load(args, progress)
-    explanation = explain(program, donated_inputs=donated, name=program_path.name, phase=progress)
-    print(explanation.text(summary=args.summary), file=out)
-    if args.dot is not None:
-        try:
-            kind = _write_dot(args.dot, explanation.dot())
-        except (OSError, RenderingError) as exc:
-            raise ProgramFileError(f"cannot write {args.dot}: {exc}") from exc
-        print(f"\nwrote the storage graph to {args.dot} ({kind})", file=out)
-    if args.timeline is not None:
-        with progress("drawing the storage timeline"):
-            save_timeline(explanation.timeline(), args.timeline)
-        print(f"wrote the storage timeline to {args.timeline}", file=out)
-    if args.html is not None:
-        if not graphviz_available():
-            print(
-                "fx-aliasing: Graphviz's dot is not installed; the report shows the storage graph as DOT text",
-                file=sys.stderr,
-            )
-        with progress("writing the HTML report"):
-            explanation.write_html(args.html)
-        print(f"wrote the HTML report to {args.html} (open it in a browser)", file=out)
-
-
-def _run_rewrite(args: argparse.Namespace, progress: ProgressReporter, out: TextIO) -> None:
-    program_path = _input_file(args.program)
-    donated = _donated(args.donated)
-    _output_file(args.output, "-o", [program_path])
-    program = _load(args, progress)
-    explanation = explain(program, donated_inputs=donated, name=program_path.name, phase=progress)
-    report = explanation.report
-    before = count_clones(explanation.graph_module)
-    print(str(report), file=out)
-    if args.check:
-        _check(explanation, progress, out)
-    with progress(f"saving {args.output}"):
-        save_program(explanation.rewritten, args.output)
-    after = count_clones(explanation.rewritten.graph_module)
-    print(f"clones: {before} before, {after} after; saved {args.output}", file=out)
-
-
-def _check(explanation: Explanation, progress: ProgressReporter, out: TextIO) -> None:
-    example = getattr(explanation.program, "example_inputs", None)
-    if not example:
-        raise UsageError("--check needs example inputs saved with the program, and this program has none")
-    args, kwargs = example
-    if kwargs:
-        raise UsageError("--check runs programs on positional example inputs; this one was exported with keyword inputs")
-    with progress("checking the rewritten program on the saved example inputs"):
-        try:
-            check_equivalent(
-                explanation.program, explanation.rewritten, list(args), donated_inputs=explanation.donated_inputs
-            )
-        except OracleError as exc:
-            raise ProgramFileError(f"--check could not compare the programs: {exc}") from exc
-    print("equivalent on the saved example inputs: yes", file=out)
+def _usage_error(parser: argparse.ArgumentParser, command: str, message: str) -> int:
+    parser.print_usage(sys.stderr)
+    print(f"fx-aliasing {command}: error: {message}", file=sys.stderr)
+    return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``fx-aliasing`` console script.
+
+    Parses and checks the arguments without importing torch (``--help``,
+    ``--version`` and usage errors answer at once), then runs the command
+    (:func:`rewrite.commands.run_command`).
 
     Parameters
     ----------
@@ -579,29 +444,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits on --help, --version and on usage errors
         return exc.code if isinstance(exc.code, int) else 2
-    progress = ProgressReporter()
     command = str(args.command)
     try:
-        if command == "demo":
-            if args.dot is not None:
-                _dot_target(args.dot)
-            if args.html is not None:
-                _output_file(args.html, "--html", [], (".html", ".htm"))
-                _needs_matplotlib("--html")
-            run_demo(
-                dot=args.dot, html=args.html, rewrite=not args.no_rewrite, seed=args.seed, tracing_mode=args.tracing_mode
-            )
-        elif command == "explain":
-            _run_explain(args, progress, sys.stdout)
-        elif command == "rewrite":
-            _run_rewrite(args, progress, sys.stdout)
-        else:  # pragma: no cover - argparse only accepts known commands
-            parser.print_usage(sys.stderr)
-            return 2
-    except UsageError as exc:
-        parser.print_usage(sys.stderr)
-        print(f"fx-aliasing {command}: error: {exc}", file=sys.stderr)
-        return 2
+        _check_arguments(args)
+    except _BadArgument as exc:
+        return _usage_error(parser, command, str(exc))
+
+    # The arguments are fine: from here on the work needs torch.
+    from aliasing.errors import AliasingError
+    from rewrite.commands import run_command
+    from rewrite.errors import DemoFailed, UsageError
+
+    progress = ProgressReporter()
+    try:
+        run_command(args, progress, sys.stdout)
+    except UsageError as exc:  # an argument the loaded program refutes (--donated), or --check without inputs
+        sys.stdout.flush()
+        return _usage_error(parser, command, str(exc))
     except (DemoFailed, AliasingError) as exc:
         sys.stdout.flush()
         print(f"fx-aliasing {command}: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -17,8 +17,6 @@ __all__ = [
     "OracleError",
     "ProgramFileError",
     "RewriteError",
-    "SoakError",
-    "SoakFailure",
     "UsageError",
 ]
 
@@ -81,16 +79,3 @@ class DemoFailed(Exception):
 
 class UsageError(Exception):
     """A path or an argument of the ``fx-aliasing`` command line is wrong; nothing was done."""
-
-
-class SoakError(AliasingError, ValueError):
-    """The soak was asked for something it cannot do (bad rounds or seeds, a results file of
-    another campaign)."""
-
-
-class SoakFailure(AssertionError):
-    """One check failed on one program; ``check`` names it (one of ``rewrite.testing.soak.CHECKS``)."""
-
-    def __init__(self, check: str, message: str) -> None:
-        self.check = check
-        super().__init__(f"[{check}] {message}")

@@ -6,7 +6,9 @@ runs :func:`rewrite.eliminate_clones` on a copy of it, and returns an
 (:meth:`Explanation.text`, what ``fx-aliasing explain`` prints), as pictures
 (:meth:`Explanation.timeline`, :meth:`Explanation.dot`) and as one
 self-contained HTML report (:meth:`Explanation.write_html`,
-:mod:`rewrite.html_report`).
+:mod:`rewrite.html_report`), and as JSON (:meth:`Explanation.to_json`, what
+``fx-aliasing explain --json`` prints; the schema: :meth:`Explanation.as_dict`).
+Every count of decisions they show is said one way (:mod:`rewrite.counts`).
 
 :func:`explain_file` and :func:`rewrite_file` do the same for a program saved
 with ``torch.export.save`` (a ``.pt2`` file): what the ``fx-aliasing explain``
@@ -24,16 +26,16 @@ Example
 >>> e.report.removed
 ('clone',)
 >>> print(e.text(summary=True))
-program: 5 nodes, 4 storages, 1 clone candidate: 1 removed, 0 kept
+program: 5 nodes, 4 storages, 1 copy candidate (1 clone, 0 copy_): 1 removed, 0 kept
 inputs: 1 user input (0:x_1)
 storages: 4 (1 user input, 3 intermediate); no write in place
 alias sets: none (no two values share a storage)
 <BLANKLINE>
 == clone elimination ==
-clone  original  action  reason     evidence
------  --------  ------  ---------  --------
-clone  mul       remove  removable
-1 removed, 0 kept
+node   kind   original  action  reason     evidence
+-----  -----  --------  ------  ---------  --------
+clone  clone  mul       remove  removable
+1 copy candidate (1 clone, 0 copy_): 1 removed, 0 kept
 <BLANKLINE>
 reasons:
   removable: no condition requires the copy
@@ -47,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.metadata
 import io
 import json
 import logging
@@ -66,15 +69,17 @@ import torch.fx
 from aliasing import AliasAnalysis, analyze, plot_timeline, to_dot, warnings_once
 from aliasing.core.roles import CALLER_VISIBLE
 from aliasing.errors import AliasingError
+from rewrite.counts import CopyCounts, copy_kind, count_copies
 from rewrite.editing.copying import copy_program
 from rewrite.errors import ProgramFileError
 from rewrite.pipeline.eliminate import eliminate_clones
-from rewrite.planning.decisions import CloneEliminationReport
+from rewrite.planning.decisions import CloneEliminationReport, Decision
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "JSON_SCHEMA",
     "SUMMARY_DECISIONS",
     "Explanation",
     "Phase",
@@ -96,12 +101,23 @@ Program = Union[torch.fx.GraphModule, "torch.export.ExportedProgram"]
 #: The summary lists decisions one a line up to this many; beyond, grouped by action and reason.
 SUMMARY_DECISIONS: int = 12
 
+#: The ``schema`` of :meth:`Explanation.as_dict` (and of ``fx-aliasing explain --json``).
+JSON_SCHEMA: str = "fx-aliasing-explain/1"
+
 #: A progress hook: ``phase("analysing")`` returns a context manager around one phase of work.
 Phase = Callable[[str], contextlib.AbstractContextManager[None]]
 
 
 def _quiet(label: str) -> contextlib.AbstractContextManager[None]:
     return contextlib.nullcontext()
+
+
+def _fx_aliasing_version() -> str:
+    """fx-aliasing's installed version, or ``"source"`` in a source checkout that is not installed."""
+    try:
+        return importlib.metadata.version("fx-aliasing")
+    except importlib.metadata.PackageNotFoundError:
+        return "source"
 
 
 # --- text ---------------------------------------------------------------------
@@ -198,25 +214,50 @@ def format_accesses(analysis: AliasAnalysis) -> str:
 
 
 def format_decisions(report: CloneEliminationReport) -> str:
-    """The decision table, then what each reason that occurs means.
+    """The decision table, one row per copy candidate, its counts, then what each reason that occurs means.
+
+    Columns: the candidate's node, its kind (``clone`` or ``copy_``), its original
+    (a ``copy_``'s destination), the action, the condition and reason, the evidence.
+    The line under the table counts the rows (:class:`rewrite.counts.CopyCounts`).
 
     Examples
     --------
     >>> from rewrite.planning.decisions import CloneEliminationReport, Decision, Reason
     >>> print(format_decisions(CloneEliminationReport((Decision("clone", "keep", Reason.LAYOUT, ("x",), "x"),))))
-    clone  original  action  reason     evidence
-    -----  --------  ------  ---------  --------
-    clone  x         keep    C1 layout  x
-    0 removed, 1 kept
+    node   kind   original  action  reason     evidence
+    -----  -----  --------  ------  ---------  --------
+    clone  clone  x         keep    C1 layout  x
+    1 copy candidate (1 clone, 0 copy_): 0 removed, 1 kept
     <BLANKLINE>
     reasons:
       layout: C1: the clone's layout (dtype, device, sizes, strides, offset, bits) differs from its original
     """
-    lines = [str(report)]
+    lines = [_decision_table(report)]
     reasons = list(dict.fromkeys(d.reason for d in report.decisions))
     if reasons:
         lines.append("\nreasons:")
         lines.extend(f"  {r.value}: {r.description}" for r in reasons)
+    return "\n".join(lines)
+
+
+def _reason_cell(d: Decision) -> str:
+    return f"{d.reason.condition} {d.reason.value}" if d.reason.condition else d.reason.value
+
+
+def _decision_table(report: CloneEliminationReport) -> str:
+    """The table's rows, then the counts line (and the opaque nodes and the error, if any)."""
+    header = ("node", "kind", "original", "action", "reason", "evidence")
+    rows = [header] + [
+        (d.node, copy_kind(d), d.original, d.action, _reason_cell(d), ", ".join(d.evidence)) for d in report.decisions
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.append(str(count_copies(report.decisions)))
+    if report.opaque:
+        lines.append(f"{len(report.opaque)} opaque nodes answered conservatively: {_listed(list(report.opaque))}")
+    if report.error:
+        lines.append(f"error: {report.error}")
     return "\n".join(lines)
 
 
@@ -243,6 +284,93 @@ class Explanation:
     def graph_module(self) -> torch.fx.GraphModule:
         """The original program's ``GraphModule``."""
         return _graph_module(self.program)
+
+    @property
+    def counts(self) -> CopyCounts:
+        """The decisions counted by kind and action (:func:`rewrite.counts.count_copies`)."""
+        return count_copies(self.report.decisions)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The decisions as plain data: what :meth:`to_json` (``fx-aliasing explain --json``) writes.
+
+        The schema (version 1; ``"schema": "fx-aliasing-explain/1"``), every key always present:
+
+        - ``schema`` (str): ``"fx-aliasing-explain/1"``; a change of the keys or their
+          meaning changes the number;
+        - ``program`` (str): the program's name (the file name on the command line);
+        - ``torch``, ``fx_aliasing`` (str): the versions that made the decisions;
+        - ``nodes``, ``storages`` (int): nodes of the program's graph, storages of the analysis;
+        - ``donated_inputs``: a list of ``{"position": int, "name": str}``, placeholders
+          the caller gives up;
+        - ``counts``: ``{"candidates", "clones", "copies", "removed", "kept",
+          "clones_removed", "clones_kept", "copies_removed", "copies_kept"}`` (int), the
+          rows of ``decisions`` counted by kind and action (:class:`rewrite.counts.CopyCounts`:
+          ``clones + copies == removed + kept == candidates == len(decisions)``);
+        - ``decisions``: one object per copy candidate, in graph order:
+
+          - ``node`` (str): the clone's or ``copy_``'s node name;
+          - ``kind`` (str): ``"clone"`` or ``"copy_"``;
+          - ``original`` (str): the clone's original (a ``copy_``'s destination);
+          - ``action`` (str): ``"remove"`` or ``"keep"``;
+          - ``reason`` (str): the reason code (:class:`rewrite.Reason`'s value, e.g.
+            ``"clone-written-then-original-read"``);
+          - ``condition`` (str or null): the condition the reason cites (``"C1"`` ...
+            ``"C10"``, ``"C2-C5"``, ``"C8a"``, ``"C8b"``), null for none;
+          - ``description`` (str): what the reason means, one line;
+          - ``evidence`` (list of str): the names of the nodes that caused the decision;
+          - ``erased`` (list of str): the nodes a C10 removal erases with the clone;
+        - ``opaque`` (list of str): nodes the analysis could not see into (answered conservatively);
+        - ``error`` (str or null): why the pass failed and kept every copy, null when it did not.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from torch.fx.experimental.proxy_tensor import make_fx
+        >>> d = explain(make_fx(lambda x: (x * 2).clone() + 1, tracing_mode="fake")(torch.randn(3))).as_dict()
+        >>> d["counts"]["candidates"], d["decisions"][0]["kind"], d["decisions"][0]["action"]
+        (1, 'clone', 'remove')
+        """
+        placeholders = [n.name for n in self.graph_module.graph.nodes if n.op == "placeholder"]
+        report = self.report
+        return {
+            "schema": JSON_SCHEMA,
+            "program": self.name,
+            "torch": torch.__version__,
+            "fx_aliasing": _fx_aliasing_version(),
+            "nodes": len(self.graph_module.graph.nodes),
+            "storages": len(self.analysis.storages),
+            "donated_inputs": [{"position": i, "name": placeholders[i]} for i in self.donated_inputs],
+            "counts": self.counts.as_dict(),
+            "decisions": [
+                {
+                    "node": d.node,
+                    "kind": copy_kind(d),
+                    "original": d.original,
+                    "action": d.action,
+                    "reason": d.reason.value,
+                    "condition": d.reason.condition or None,
+                    "description": d.reason.description,
+                    "evidence": list(d.evidence),
+                    "erased": list(d.erased),
+                }
+                for d in report.decisions
+            ],
+            "opaque": list(report.opaque),
+            "error": report.error,
+        }
+
+    def to_json(self) -> str:
+        """:meth:`as_dict` as JSON, keys sorted and indented by 2 (stable: diff it in CI).
+
+        Examples
+        --------
+        >>> import json, torch
+        >>> from torch.fx.experimental.proxy_tensor import make_fx
+        >>> e = explain(make_fx(lambda x: (x * 2).clone() + 1, tracing_mode="fake")(torch.randn(3)))
+        >>> json.loads(e.to_json())["decisions"][0]["reason"]
+        'removable'
+        """
+        return json.dumps(self.as_dict(), indent=2, sort_keys=True)
 
     def text(self, *, summary: bool = False) -> str:
         """What ``fx-aliasing explain`` prints: a summary and the clone decisions first, then the details.
@@ -356,10 +484,7 @@ def _summary_lines(e: Explanation) -> list[str]:
     """The first lines of :meth:`Explanation.text`: counts, inputs by role, storages, writes, alias sets."""
     analysis, report = e.analysis, e.report
     gm = e.graph_module
-    lines = [
-        f"{e.name}: {len(gm.graph.nodes)} nodes, {len(analysis.storages)} storages, "
-        f"{_plural(len(report.decisions), 'clone candidate')}: {len(report.removed)} removed, {len(report.kept)} kept"
-    ]
+    lines = [f"{e.name}: {len(gm.graph.nodes)} nodes, {len(analysis.storages)} storages, {e.counts}"]
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     lines.append(_inputs_line(analysis, placeholders))
     lines.append(_storages_line(analysis))
@@ -429,13 +554,14 @@ def _alias_sets_line(analysis: AliasAnalysis) -> str:
 
 def _decision_text(report: CloneEliminationReport, *, brief: bool) -> str:
     """The decision table; when ``brief`` and there are many decisions, grouped by action and reason."""
+    if not report.decisions:
+        return "no copy candidate (clone or copy_) in the program"
     if not brief or len(report.decisions) <= SUMMARY_DECISIONS:
-        return format_decisions(report) if report.decisions else "no clone in the program"
+        return format_decisions(report)
     groups: dict[tuple[str, str], list[str]] = {}
     for d in sorted(report.decisions, key=lambda d: d.action != "keep"):  # kept first
-        key = (d.action, f"{d.reason.condition} {d.reason.value}" if d.reason.condition else d.reason.value)
-        groups.setdefault(key, []).append(d.node)
-    lines = [f"{len(report.removed)} removed, {len(report.kept)} kept (the table: without --summary)"]
+        groups.setdefault((d.action, _reason_cell(d)), []).append(d.node)
+    lines = [f"{count_copies(report.decisions)} (the table: without --summary)"]
     for (action, reason), clones in groups.items():
         what = "kept" if action == "keep" else "removed"
         head = f"  {what} {len(clones)}, {reason}: "

@@ -4,9 +4,11 @@
 with no external resources (pictures are embedded as ``data:`` URIs, styles
 inline, no scripts):
 
-1. a summary: nodes, inputs by role, storages, alias sets, clones removed and kept;
-2. the decision table: clone, original, action, condition, reason (with what
-   it means) and evidence, each clone linked to its close-up;
+1. a summary: nodes, inputs by role, storages, alias sets, and the copy
+   candidates counted as everywhere else (:mod:`rewrite.counts`);
+2. the decision table: node, kind (``clone`` or ``copy_``), original, action,
+   condition, reason (with what it means) and evidence, each candidate linked
+   to its close-up;
 3. the storage timeline (:func:`aliasing.plot_timeline`) with the decisions;
 4. the storage graph (:func:`aliasing.to_dot`, rendered by Graphviz where it is
    installed; the DOT text otherwise);
@@ -41,6 +43,7 @@ import torch.fx
 
 from aliasing import RenderingError, graphviz_available, render_dot
 from aliasing.pictures.storage_graph import reason_text
+from rewrite.counts import copy_kind, count_copies
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -144,7 +147,8 @@ def _decision_rows(decisions: tuple[Decision, ...], close_ups: set[str]) -> str:
     for d in decisions:
         name = f'<a href="#clone-{_e(d.node)}">{_e(d.node)}</a>' if d.node in close_ups else _e(d.node)
         rows.append(
-            f'<tr class="{_e(d.action)}"><td><code>{name}</code></td><td><code>{_e(d.original)}</code></td>'
+            f'<tr class="{_e(d.action)}"><td><code>{name}</code></td><td>{_e(copy_kind(d))}</td>'
+            f"<td><code>{_e(d.original)}</code></td>"
             f'<td class="action">{_e(d.action)}</td><td>{_e(d.reason.condition or "-")}</td>'
             f"<td><code>{_e(d.reason.value)}</code><br>{_e(d.reason.description)}</td>"
             f"<td><code>{_e(', '.join(d.evidence) or '-')}</code></td></tr>"
@@ -184,9 +188,7 @@ def _summary(explanation: ExplainedProgram) -> str:
         ("storages", len(analysis.storages)),
         ("alias sets of several values", len(shared)),
         ("writes", writes),
-        ("clone candidates", len(report.decisions)),
-        ("removed", len(report.removed)),
-        ("kept", len(report.kept)),
+        ("copy candidates", str(count_copies(report.decisions))),
         ("opaque nodes (answered conservatively)", ", ".join(report.opaque) or "none"),
     ]
     if report.error:
@@ -288,11 +290,12 @@ def _decisions_section(decisions: tuple[Decision, ...], close_ups: list[Decision
     parts = ['<h2 id="decisions">Clone decisions</h2>']
     if decisions:
         parts.append(
-            "<table><tr><th>clone</th><th>original</th><th>action</th><th>condition</th><th>reason</th>"
+            "<table><tr><th>node</th><th>kind</th><th>original</th><th>action</th><th>condition</th><th>reason</th>"
             f"<th>evidence</th></tr>{_decision_rows(decisions, {d.node for d in close_ups})}</table>"
         )
+        parts.append(f"<p>{_e(count_copies(decisions))}</p>")
     else:
-        parts.append("<p>The program has no clone.</p>")
+        parts.append("<p>The program has no copy candidate (clone or <code>copy_</code>).</p>")
     return parts
 
 

@@ -518,7 +518,7 @@ def _log_guard(report: GuardReport) -> None:
 def _log_report(report: PipelineReport) -> None:
     _count(_REMOVED, len(report.removed))
     _count(_KEPT, len(report.kept))
-    log_pipeline_report(report, log, dialect="inductor")
+    log_pipeline_report(report, log)
     try:
         torch._logging.trace_structured(  # type: ignore[attr-defined]  # re-exported without __all__
             "artifact",

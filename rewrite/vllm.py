@@ -23,14 +23,23 @@ does; and it removes every clone that conditions C1-C7 of
 
 Logging: through vLLM's logging setup (logger ``vllm.rewrite.vllm``, so
 ``VLLM_LOGGING_LEVEL=DEBUG`` shows it), each decision at DEBUG as vLLM's passes
-log theirs, then the count; a failure of the pipeline (which never raises and
-leaves the graph valid) at WARNING.
+log theirs, then one INFO line per compiled graph: the clones removed and kept
+and the bytes of copies removed (per call of the graph; an expression in the
+graph's size symbols where sizes are symbolic); a failure of the pipeline
+(which never raises and leaves the graph valid) at WARNING.
 
 To use it in vLLM's own engine set ``FX_ALIASING_VLLM=1``: the package's
 vLLM general plugin (:func:`plugin`) then calls :func:`install` in every process
-that compiles. Code can call :func:`install` itself; a pass manager you build
-yourself takes it as ``pass_manager.clone_elimination = CloneEliminationPass(vllm_config)``
-after ``pass_manager.configure(vllm_config)``. The README's "Using it in vLLM" shows both.
+that compiles. :func:`install` makes every construction of vLLM's
+``UnsafeCloneEliminationPass`` in the process build :class:`CloneEliminationPass`
+instead, so every pass manager gets it: vLLM's ``PostGradPassManager``, a
+platform's subclass of it (vllm-ascend's, vllm-musa's), and a manager that
+imported the class into its own module or builds its pass list itself.
+``FX_ALIASING_VLLM=0`` is the per-process off switch: with it, :func:`install`
+does nothing (and says so at INFO), whoever calls it. A pass manager you build
+yourself can also take the pass directly:
+``pass_manager.clone_elimination = CloneEliminationPass(vllm_config)`` after
+``pass_manager.configure(vllm_config)``. The README's "Using it in vLLM" shows both.
 
 Example
 -------
@@ -65,7 +74,7 @@ import torch.fx
 
 from rewrite.inductor import library_source_hash
 from rewrite.pipeline.driver import lower_and_eliminate
-from rewrite.pipeline.reports import PipelineReport, log_pipeline_report
+from rewrite.pipeline.reports import PipelineReport
 
 
 @contextlib.contextmanager
@@ -100,9 +109,10 @@ with _without_torch_deprecation_notes():
     from vllm.config import VllmConfig
     from vllm.logger import init_logger
 
-__all__ = ["ENABLE_VARIABLE", "CloneEliminationPass", "donated_positions", "install", "plugin", "uninstall"]
+__all__ = ["ENABLE_VARIABLE", "CloneEliminationPass", "donated_positions", "install", "installed", "plugin", "uninstall"]
 
-#: Set to ``1`` to have vLLM's plugin loader install the pass (:func:`plugin`).
+#: Set to ``1`` to have vLLM's plugin loader install the pass (:func:`plugin`), to ``0`` to keep
+#: vLLM's own pass in the process whoever calls :func:`install`.
 ENABLE_VARIABLE = "FX_ALIASING_VLLM"
 
 #: Under vLLM's ``vllm`` logger, so vLLM's handler and ``VLLM_LOGGING_LEVEL`` apply.
@@ -184,12 +194,14 @@ class CloneEliminationPass(VllmInductorPass):
         donated_input_ids = get_pass_context().donated_input_ids
         positions = donated_positions(graph, donated_input_ids)
         logger.debug("Donated input ids: %s (placeholder positions %s)", sorted(donated_input_ids), positions)
+        sizes = {n.name: _bytes(n) for n in graph.nodes if n.op == "call_function" and n.target in _COPIES}
         report = lower_and_eliminate(graph, donated_inputs=positions, lower_functional=self.lower_functional)
         self.last_report = report
-        _log_report(self.pass_name, report)
+        _log_report(self.pass_name, report, sizes)
 
     def uuid(self) -> str:
-        """A hash of this class's source, the library's source and the configuration."""
+        """A hash of this class's source, the library's source and the configuration: the same in
+        every process of the same installation, changed by any option that changes decisions."""
         return str(
             InductorPass.hash_dict(
                 {
@@ -204,40 +216,132 @@ class CloneEliminationPass(VllmInductorPass):
         return f"CloneEliminationPass(lower_functional={self.lower_functional})"
 
 
-def _log_report(pass_name: str, report: PipelineReport) -> None:
-    log_pipeline_report(report, logger, dialect="vllm", pass_name=pass_name)
+#: The copy ops whose removal the INFO line counts in bytes.
+_COPIES = (torch.ops.aten.clone.default, torch.ops.aten.copy_.default)
+
+
+def _bytes(node: torch.fx.Node) -> int | torch.SymInt | None:
+    """The bytes ``node``'s tensor value occupies (its elements, not its storage), or None without one."""
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor):
+        return None
+    return value.numel() * value.element_size()
+
+
+def _amount(total: int | torch.SymInt | None) -> str:
+    """``229376 bytes (224.0 KiB)``; an expression of size symbols as it is; ``unknown bytes``."""
+    if total is None:
+        return "unknown bytes"
+    if not isinstance(total, int):
+        return f"{total} bytes"
+    size, unit = float(total), "bytes"
+    for bigger in ("KiB", "MiB", "GiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{total} bytes" if unit == "bytes" else f"{total} bytes ({size:.1f} {unit})"
+
+
+def _log_report(pass_name: str, report: PipelineReport, sizes: dict[str, int | torch.SymInt | None]) -> None:
+    """Log a run as vLLM's passes log theirs: each lowering and decision at DEBUG, an error at
+    WARNING, then one INFO line with the counts and the bytes of copies removed (``sizes``: the
+    bytes of each clone and ``copy_`` of the graph before the run, by node name)."""
+    if logger.isEnabledFor(logging.DEBUG):
+        for low in report.lowering.lowered:
+            logger.debug("Lowered %s (%s) into %s with clones %s", low.node, low.kind, low.call, ", ".join(low.clones))
+        for rep in report.eliminations:
+            for d in rep.decisions:
+                if d.action == "remove":
+                    what = "copy" if d.reason.is_copy_reason else "clone"
+                    logger.debug("Node %s is a redundant %s of %s, removing it (%s)", d.node, what, d.original, d.reason)
+        last = report.eliminations[-1].decisions if report.eliminations else ()
+        for d in last:
+            if d.action == "keep" and not d.reason.is_copy_reason:
+                logger.debug(
+                    "Clone removal not possible, node=%s original_node=%s: %s (evidence: %s)",
+                    d.node,
+                    d.original,
+                    d.reason.description,
+                    ", ".join(d.evidence) or "-",
+                )
+    if report.error:
+        logger.warning("%s stopped early, every step so far is sound: %s", pass_name, report.error)
+    removed = (*report.removed, *report.dropped_copies)
+    known = [sizes.get(name) for name in removed]
+    total: int | torch.SymInt | None = None if any(b is None for b in known) else sum(b for b in known if b is not None)
+    logger.info(
+        "%s removed %d clone nodes, kept %d, dropped %d self-copies: %s of copies removed per call",
+        pass_name,
+        len(report.removed),
+        len(report.kept),
+        len(report.dropped_copies),
+        _amount(total),
+    )
+
+
+#: Whether :func:`install` is in effect in this process (read by :func:`_new`).
+_INSTALLED = False
+
+
+def _new(cls: type, *args: object, **kwargs: object) -> object:
+    """``UnsafeCloneEliminationPass.__new__`` from the first :func:`install` on: while installed,
+    vLLM's class itself builds :class:`CloneEliminationPass` (Python then skips vLLM's ``__init__``);
+    otherwise, and for a subclass a platform wrote, the class builds its own instance. (The hook
+    stays once set: CPython cannot give a class back an ``object.__new__`` that takes arguments.)"""
+    from vllm.compilation.passes.ir.clone_elimination import UnsafeCloneEliminationPass
+
+    if _INSTALLED and cls is UnsafeCloneEliminationPass:
+        return CloneEliminationPass(*args, **kwargs)  # type: ignore[arg-type]
+    return object.__new__(cls)
 
 
 def install() -> None:
-    """Make vLLM's ``PostGradPassManager.configure`` build :class:`CloneEliminationPass` instead of the unsafe pass.
+    """Make every construction of vLLM's ``UnsafeCloneEliminationPass`` in this process build :class:`CloneEliminationPass`.
 
-    vLLM builds its clone elimination pass by name in
-    ``vllm.compilation.passes.pass_manager``; this rebinds that name. Call it
-    before vLLM compiles, in every process that compiles. :func:`uninstall`
-    undoes it. Idempotent.
+    So every pass manager gets the sound pass, however it names vLLM's class: vLLM's
+    ``PostGradPassManager.configure``, a platform's subclass of it, a manager that
+    imported the class into its own module or builds its pass list itself. Call it
+    before vLLM configures its pass managers, in every process that compiles (the
+    plugin does: :func:`plugin`). A pass built before stays as it was. With
+    ``FX_ALIASING_VLLM=0`` in the environment (the per-process off switch) it does
+    nothing and says so at INFO. :func:`uninstall` undoes it. Idempotent.
 
     Examples
     --------
-    >>> from vllm.compilation.passes import pass_manager
+    >>> from vllm.compilation.passes.ir.clone_elimination import UnsafeCloneEliminationPass
+    >>> from vllm.config import DeviceConfig, VllmConfig
+    >>> config = VllmConfig(device_config=DeviceConfig(device="cpu"))
     >>> install()
-    >>> pass_manager.UnsafeCloneEliminationPass is CloneEliminationPass
-    True
+    >>> type(UnsafeCloneEliminationPass(config)).__name__
+    'CloneEliminationPass'
     >>> uninstall()
-    >>> pass_manager.UnsafeCloneEliminationPass.__name__
+    >>> type(UnsafeCloneEliminationPass(config)).__name__
     'UnsafeCloneEliminationPass'
     """
-    from vllm.compilation.passes import pass_manager
+    global _INSTALLED
+    from vllm.compilation.passes.ir.clone_elimination import UnsafeCloneEliminationPass
 
-    setattr(pass_manager, "UnsafeCloneEliminationPass", CloneEliminationPass)  # noqa: B010
-    logger.debug("fx-aliasing CloneEliminationPass replaces vLLM's UnsafeCloneEliminationPass")
+    if os.environ.get(ENABLE_VARIABLE) == "0":
+        logger.info("%s=0: vLLM's UnsafeCloneEliminationPass is left in place in this process", ENABLE_VARIABLE)
+        return
+    if _INSTALLED:
+        return
+    hook = UnsafeCloneEliminationPass.__dict__.get("__new__")
+    if getattr(hook, "__func__", hook) is not _new:
+        UnsafeCloneEliminationPass.__new__ = staticmethod(_new)  # type: ignore[assignment,method-assign]
+    _INSTALLED = True
+    logger.info("fx-aliasing CloneEliminationPass replaces vLLM's UnsafeCloneEliminationPass in this process")
+
+
+def installed() -> bool:
+    """Whether :func:`install` is in effect in this process."""
+    return _INSTALLED
 
 
 def uninstall() -> None:
-    """Give vLLM's pass manager its own ``UnsafeCloneEliminationPass`` back (undoes :func:`install`)."""
-    from vllm.compilation.passes import pass_manager
-    from vllm.compilation.passes.ir.clone_elimination import UnsafeCloneEliminationPass
-
-    setattr(pass_manager, "UnsafeCloneEliminationPass", UnsafeCloneEliminationPass)  # noqa: B010
+    """Give vLLM's ``UnsafeCloneEliminationPass`` its own behaviour back (undoes :func:`install`)."""
+    global _INSTALLED
+    _INSTALLED = False
 
 
 def plugin() -> None:

@@ -1068,7 +1068,7 @@ def _fresh_outputs(out: Any, fakes: Sequence[torch.Tensor]) -> tuple[bool, ...]:
 
 # -- what a composite call runs ---------------------------------------------------------------
 #
-# The layout audit (aliasing.verification.layout_audit) judges the overloads that reach a kernel.
+# The layout audit (tools.layout_audit) judges the overloads that reach a kernel.
 # A CompositeImplicitAutograd op kept in a graph (``aten.batch_norm``, which ``torch.export``
 # keeps) runs ``native_batch_norm`` or ``_native_batch_norm_legit_no_training`` depending on its
 # arguments, and is laid out by what it runs, on fake tensors as eagerly: a call of a composite

@@ -4,7 +4,7 @@ Schemas are evidence, not proof. Some ATen ops write an argument without a
 ``!`` in their schema, or return a view their schema calls fresh. Each such
 op has one :class:`HiddenEffect` here, keyed by the schema name (it applies to
 every overload of the op), with the evidence that put it there: the
-real-execution audit (:mod:`aliasing.verification.audit`, ``python -m aliasing.verification.audit``)
+real-execution audit (:mod:`tools.audit`, ``python -m tools.audit``)
 over PyTorch's operator database, and the tests that reproduce it.
 
 :mod:`aliasing.core.effects` merges these entries into the schema's annotations,

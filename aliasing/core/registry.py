@@ -30,7 +30,7 @@ in the ``aten`` namespace into one :data:`KINDS` entry:
 ``unclassified``
     none of the above: the effects table treats every call as an unknown op
     (it may read, write and alias everything it reaches), and the registry
-    check (``python -m aliasing.verification.audit --registry``, tests/aliasing/core/test_registry.py)
+    check (``python -m tools.audit --registry``, tests/aliasing/core/test_registry.py)
     fails until the op is reviewed.
 
 The classification of each supported torch release is committed in
@@ -265,7 +265,7 @@ def committed_path(release: str | None = None) -> Path:
 
 def storage_audit_path(release: str | None = None) -> Path:
     """Where the storage-sharing audit of a torch release is committed
-    (``python -m aliasing.verification.audit --storage`` writes it)."""
+    (``python -m tools.audit --storage`` writes it)."""
     return Path(__file__).with_name("registry_data") / f"storage-{release or torch_release()}.tsv"
 
 
@@ -354,7 +354,7 @@ class RegistryDiff(NamedTuple):
         if not self.ok:
             lines.append(
                 "  review each op, add it to aliasing.core.registry (METADATA_MUTATING, REVIEWED) or "
-                "aliasing.core.hidden_effects, then run: python -m aliasing.verification.audit --registry --write"
+                "aliasing.core.hidden_effects, then run: python -m tools.audit --registry --write"
             )
         return "\n".join(lines)
 

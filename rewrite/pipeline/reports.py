@@ -1,10 +1,9 @@
-"""What one pipeline run did: :class:`PipelineReport`, and the log lines the adapters write from it."""
+"""What one pipeline run did: :class:`PipelineReport`, and the log lines the ``torch.compile`` adapter writes from it."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Literal
 
 from rewrite.lowering.reports import LoweringReport
 from rewrite.planning.decisions import CloneEliminationReport, Decision, Reason
@@ -93,25 +92,13 @@ class PipelineReport:
         return "\n".join(parts)
 
 
-def log_pipeline_report(
-    report: PipelineReport,
-    logger: logging.Logger,
-    *,
-    dialect: Literal["inductor", "vllm"],
-    pass_name: str = "",
-) -> None:
-    """Log what one pipeline run did, as the ``torch.compile`` adapter or the vLLM adapter does.
+def log_pipeline_report(report: PipelineReport, logger: logging.Logger) -> None:
+    """Log what one pipeline run did, as the ``torch.compile`` adapter does (:mod:`rewrite.inductor`;
+    the vLLM adapter words its own lines, as vLLM's passes do: :mod:`rewrite.vllm`).
 
-    Both dialects log each lowered op and the decisions at DEBUG (only when
-    DEBUG is enabled), then a summary:
-
-    - ``"inductor"`` (:mod:`rewrite.inductor`): every op not lowered too, every
-      decision of every planner round with its condition and evidence, every
-      dropped self-copy; then :meth:`PipelineReport.summary` at INFO;
-    - ``"vllm"`` (:mod:`rewrite.vllm`), worded as vLLM's own passes log: the
-      removals of every round, the clones the last round keeps with the
-      reason's description; a pipeline error at WARNING naming ``pass_name``;
-      then the counts at DEBUG.
+    At DEBUG (only when DEBUG is enabled): each lowered op and every op not lowered, every
+    decision of every planner round with its condition and evidence, every dropped self-copy;
+    then :meth:`PipelineReport.summary` at INFO.
 
     Examples
     --------
@@ -123,61 +110,28 @@ def log_pipeline_report(
     >>> logger = logging.getLogger("fx_aliasing_doctest")
     >>> logger.addHandler(Keep())
     >>> logger.setLevel(logging.DEBUG)
-    >>> log_pipeline_report(PipelineReport(error="boom"), logger, dialect="vllm", pass_name="CloneEliminationPass")
-    >>> records
-    ['CloneEliminationPass stopped early, every step so far is sound: boom', 'CloneEliminationPass removed 0 clone nodes, kept 0, dropped 0 self-copies']
-    >>> records.clear()
-    >>> log_pipeline_report(PipelineReport(), logger, dialect="inductor")
+    >>> log_pipeline_report(PipelineReport(), logger)
     >>> records[-1].startswith("fx-aliasing: lowered 0 functional op(s)")
     True
     """
-    if dialect == "inductor":
-        if logger.isEnabledFor(logging.DEBUG):
-            for low in report.lowering.lowered:
-                logger.debug("lowered %s (%s) -> %s, clones %s", low.node, low.kind, low.call, ", ".join(low.clones))
-            for sk in report.lowering.skipped:
-                logger.debug("not lowered %s (%s): %s", sk.node, sk.kind, sk.reason)
-            for i, rep in enumerate(report.eliminations):
-                for d in rep.decisions:
-                    cond = f"{d.reason.condition} " if d.reason.condition else ""
-                    logger.debug(
-                        "round %d: %s %s (%s): %s%s %s",
-                        i + 1,
-                        d.action,
-                        d.node,
-                        d.original,
-                        cond,
-                        d.reason,
-                        ", ".join(d.evidence),
-                    )
-            for name in report.dropped_copies:
-                logger.debug("dropped self-copy %s", name)
-        logger.info("%s", report.summary())
-        return
     if logger.isEnabledFor(logging.DEBUG):
         for low in report.lowering.lowered:
-            logger.debug("Lowered %s (%s) into %s with clones %s", low.node, low.kind, low.call, ", ".join(low.clones))
-        for rep in report.eliminations:
+            logger.debug("lowered %s (%s) -> %s, clones %s", low.node, low.kind, low.call, ", ".join(low.clones))
+        for sk in report.lowering.skipped:
+            logger.debug("not lowered %s (%s): %s", sk.node, sk.kind, sk.reason)
+        for i, rep in enumerate(report.eliminations):
             for d in rep.decisions:
-                if d.action == "remove":
-                    what = "copy" if d.reason.is_copy_reason else "clone"
-                    logger.debug("Node %s is a redundant %s of %s, removing it (%s)", d.node, what, d.original, d.reason)
-        last = report.eliminations[-1].decisions if report.eliminations else ()
-        for d in last:
-            if d.action == "keep" and not d.reason.is_copy_reason:
+                cond = f"{d.reason.condition} " if d.reason.condition else ""
                 logger.debug(
-                    "Clone removal not possible, node=%s original_node=%s: %s (evidence: %s)",
+                    "round %d: %s %s (%s): %s%s %s",
+                    i + 1,
+                    d.action,
                     d.node,
                     d.original,
-                    d.reason.description,
-                    ", ".join(d.evidence) or "-",
+                    cond,
+                    d.reason,
+                    ", ".join(d.evidence),
                 )
-    if report.error:
-        logger.warning("%s stopped early, every step so far is sound: %s", pass_name, report.error)
-    logger.debug(
-        "%s removed %d clone nodes, kept %d, dropped %d self-copies",
-        pass_name,
-        len(report.removed),
-        len(report.kept),
-        len(report.dropped_copies),
-    )
+        for name in report.dropped_copies:
+            logger.debug("dropped self-copy %s", name)
+    logger.info("%s", report.summary())

@@ -648,7 +648,7 @@ def layout_observer(
     not allow, reductions whose result is used (their summation order follows
     strides), custom and unknown ops, and every op of an overload packet in
     :data:`aliasing.core.layout_divergences.LAYOUT_DIVERGENT_PACKETS` (the layout
-    audit, ``python -m aliasing.verification.audit --layouts``, saw its meta or fake kernel
+    audit, ``python -m tools.audit --layouts``, saw its meta or fake kernel
     lay a result out otherwise than its CPU kernel: ``roll`` keeps a
     channels-last input's layout on CPU and returns a contiguous one on meta
     tensors, so recomputing its layout proves nothing). So does a used in-place result or view

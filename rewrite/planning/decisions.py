@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from rewrite.counts import copy_kind, count_copies
+
 if TYPE_CHECKING:
     import torch.fx
 
@@ -228,15 +230,22 @@ class CloneEliminationReport:
         raise KeyError(name)
 
     def __str__(self) -> str:
-        header = ("clone", "original", "action", "reason", "evidence")
+        header = ("node", "kind", "original", "action", "reason", "evidence")
         rows = [header] + [
-            (d.node, d.original, d.action, f"{d.reason.condition + ' ' if d.reason.condition else ''}{d.reason}", ", ".join(d.evidence))
+            (
+                d.node,
+                copy_kind(d),
+                d.original,
+                d.action,
+                f"{d.reason.condition + ' ' if d.reason.condition else ''}{d.reason}",
+                ", ".join(d.evidence),
+            )
             for d in self.decisions
         ]
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
-        lines.append(f"{len(self.removed)} removed, {len(self.kept)} kept")
+        lines.append(str(count_copies(self.decisions)))
         if self.opaque:
             shown = ", ".join(self.opaque[:8]) + (", ..." if len(self.opaque) > 8 else "")
             lines.append(f"{len(self.opaque)} opaque nodes answered conservatively: {shown}")

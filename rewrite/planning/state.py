@@ -30,7 +30,7 @@ from rewrite.planning.decisions import Decision, Reason
 
 __all__ = ["CONDITIONS", "REFINEMENTS", "Plan", "PlanningState", "StorageClass", "check_refinements"]
 
-#: The conditions a test tool may leave unchecked (:mod:`rewrite.testing.broken`; unsound).
+#: The conditions a test tool may leave unchecked (:mod:`tools.broken`; unsound).
 CONDITIONS = frozenset({"C1", "C2", "C3", "C4", "C5", "C6"})
 
 #: The refinements of C1-C5 that ``refinements`` may name (turning any off is sound: less goes).
@@ -129,7 +129,7 @@ class PlanningState:
         Copies nobody decides: the hazard guard's protective clones (:mod:`rewrite.guard`).
     unchecked : frozenset of str
         Conditions of :data:`CONDITIONS` not checked. Unsound: only the test tools that
-        prove the fuzzer catches a broken pass set it (:mod:`rewrite.testing.broken`).
+        prove the fuzzer catches a broken pass set it (:mod:`tools.broken`).
 
     Example
     -------

@@ -13,12 +13,11 @@
   :func:`check_pass` fuzzes any FX pass (over a GraphModule or a Graph) against
   :func:`check_equivalent`; :data:`FUZZ_SETTINGS` are Hypothesis settings for
   fuzzing in your own test suite.
-- :func:`greedy_removable` is a dynamic oracle of what can soundly go, and
-  :func:`measure_precision` reports how much of it any pass removes.
+- :func:`sample_programs` draws a fixed list of programs from :func:`programs` (per seed).
 
 :func:`check_equivalent`, :func:`check_analysis` and :func:`copy_program` need only
-torch; :func:`programs`, :func:`check_pass`, :data:`FUZZ_SETTINGS` and the
-precision tools need Hypothesis (``pip install 'fx-aliasing[test]'``) and are
+torch; :func:`programs`, :func:`check_pass`, :func:`sample_programs` and
+:data:`FUZZ_SETTINGS` need Hypothesis (``pip install 'fx-aliasing[test]'``) and are
 imported the first time one of them is used.
 """
 
@@ -35,8 +34,7 @@ from rewrite.errors import NotEquivalent, OracleError
 from rewrite.testing.equivalence import check_equivalent
 
 if TYPE_CHECKING:
-    from rewrite.testing.precision import PrecisionReport, greedy_removable, measure_precision, sample_programs
-    from rewrite.testing.programs import FUZZ_SETTINGS, Program, check_pass, programs
+    from rewrite.testing.programs import FUZZ_SETTINGS, Program, check_pass, programs, sample_programs
 
 #: The names that need Hypothesis (the ``test`` extra), each with the module that defines it:
 #: imported on first use (PEP 562), so that the oracles above import without Hypothesis and
@@ -46,10 +44,7 @@ _NEEDS_HYPOTHESIS = {
     "Program": "rewrite.testing.programs",
     "check_pass": "rewrite.testing.programs",
     "programs": "rewrite.testing.programs",
-    "PrecisionReport": "rewrite.testing.precision",
-    "greedy_removable": "rewrite.testing.precision",
-    "measure_precision": "rewrite.testing.precision",
-    "sample_programs": "rewrite.testing.precision",
+    "sample_programs": "rewrite.testing.programs",
 }
 
 
@@ -89,14 +84,11 @@ __all__ = [
     "NotEquivalent",
     "Observed",
     "OracleError",
-    "PrecisionReport",
     "Program",
     "check_analysis",
     "check_equivalent",
     "check_pass",
     "copy_program",
-    "greedy_removable",
-    "measure_precision",
     "observe_memory",
     "programs",
     "sample_programs",

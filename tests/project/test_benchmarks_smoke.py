@@ -3,7 +3,7 @@
 Covers the synthetic graph generator (graph surgery gives the same graph and
 metadata as ``make_fx``), the bare traversal, the benchmark's functions and CLI,
 the named comparison programs, and the UNSOUND output-only baseline
-(in :mod:`rewrite.testing.broken`).
+(in :mod:`tools.broken`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from benchmarks.synthetic import (
 )
 from rewrite.errors import RewriteError
 from rewrite.testing import check_equivalent, copy_program
-from rewrite.testing.broken import output_only_clone_elimination, plan_output_only, remove_clones
+from tools.broken import output_only_clone_elimination, plan_output_only, remove_clones
 
 CLONE = torch.ops.aten.clone.default
 

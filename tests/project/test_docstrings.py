@@ -1,4 +1,4 @@
-"""Every docstring example of the public modules runs and prints what it says."""
+"""Every docstring example of the public modules (and of the maintainer tools) runs and prints what it says."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import pytest
 
 import aliasing
 import rewrite
+import tools
 
 
 def _modules() -> list[str]:
     names = []
-    for package in (aliasing, rewrite):
+    for package in (aliasing, rewrite, tools):
         names.append(package.__name__)
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
             names.append(info.name)
@@ -24,7 +25,7 @@ def _modules() -> list[str]:
 
 #: Modules whose examples run for tens of seconds (fuzzing, audits, soak campaigns).
 #: Packages and modules whose examples take seconds each (their submodules too).
-SLOW_EXAMPLES = {"rewrite.testing.programs", "aliasing.verification.audit", "rewrite.testing.soak"}
+SLOW_EXAMPLES = {"rewrite.testing.programs", "tools.audit", "tools.soak"}
 
 
 def _is_slow(name: str) -> bool:

@@ -1,12 +1,15 @@
 """The house rules, read from the source: one-way imports, confined dependencies, no meta writes.
 
-- the import graph of ``aliasing`` and ``rewrite`` modules has no cycle (imports
+- the import graph of ``aliasing``, ``rewrite`` and ``tools`` modules has no cycle (imports
   inside functions count; ``if TYPE_CHECKING:`` blocks do not, they never run), and
   none either when the ``if TYPE_CHECKING:`` imports are counted (types a module
   needs from a module that imports it live below both, as protocols);
 - ``aliasing`` never imports ``rewrite``, and each ``aliasing`` module imports only
   modules of the layers above its own (the layers are listed in the package
   docstring of ``aliasing``);
+- the library (``aliasing``, ``rewrite``: what the wheel ships) never imports the
+  maintainer tools (``tools``, outside the wheel), not even under ``if TYPE_CHECKING:``
+  nor by name through ``importlib.import_module``;
 - only the adapters import ``torch._inductor`` (``rewrite/inductor.py``) or ``vllm``
   (``rewrite/vllm.py``);
 - no module writes ``node.meta``;
@@ -30,7 +33,10 @@ import pytest
 import aliasing
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("aliasing", "rewrite")
+#: The library: the packages the wheel ships.
+LIBRARY = ("aliasing", "rewrite")
+#: Every package whose modules the rules read: the library and the maintainer tools.
+PACKAGES = (*LIBRARY, "tools")
 
 
 def _module_name(path: Path) -> str:
@@ -109,6 +115,56 @@ def test_aliasing_never_imports_rewrite() -> None:
     g = _graph()
     bad = [(a, b) for a, b in g.edges if a.startswith("aliasing") and b.startswith("rewrite")]
     assert bad == []
+
+
+def _imports_of_tools(sources: dict[str, Path]) -> list[tuple[str, str]]:
+    """(module, what it imports of ``tools``) for each import of the tools by one of ``sources``:
+    ``import``/``from`` statements anywhere (``if TYPE_CHECKING:`` blocks and function bodies too)
+    and ``importlib.import_module``/``__import__`` calls with a constant name."""
+    found: set[tuple[str, str]] = set()
+    for module, path in sources.items():
+        names = set(_runtime_imports(path, module, type_checking=True))
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and (
+                    (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+                    or (isinstance(node.func, ast.Name) and node.func.id in {"import_module", "__import__"})
+                )
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                names.add(node.args[0].value)
+        found.update((module, name) for name in names if name == "tools" or name.startswith("tools."))
+    return sorted(found)
+
+
+def test_library_never_imports_tools() -> None:
+    library = {m: p for m, p in _sources().items() if m.split(".")[0] in LIBRARY}
+    assert {m.split(".")[0] for m in library} == set(LIBRARY)
+    bad = _imports_of_tools(library)
+    assert bad == [], f"library modules that import the maintainer tools (outside the wheel): {bad}"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import tools\n",
+        "import tools.audit as audit\n",
+        "from tools import soak\n",
+        "from tools.campaign import CampaignError\n",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tools.precision import PrecisionReport\n",
+        "def f():\n    from tools.broken import skipping\n    return skipping\n",
+        "import importlib\nimportlib.import_module('tools.soak')\n",
+    ],
+)
+def test_the_tools_rule_catches_an_import(tmp_path: Path, source: str) -> None:
+    path = tmp_path / "module.py"
+    path.write_text(source)
+    assert _imports_of_tools({"rewrite.module": path}) != []
+    path.write_text("import toolsmith\nfrom rewrite import tools\nfrom aliasing.tools import x\n")
+    assert _imports_of_tools({"rewrite.module": path}) == []
 
 
 def _layers() -> list[list[str]]:

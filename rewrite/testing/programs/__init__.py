@@ -39,7 +39,7 @@ registered on import), :mod:`~rewrite.testing.programs.program` (:class:`Program
 :mod:`~rewrite.testing.programs.views`, :mod:`~rewrite.testing.programs.writes`,
 :mod:`~rewrite.testing.programs.norms`, :mod:`~rewrite.testing.programs.patterns`
 with its table of patterns; :mod:`~rewrite.testing.programs.builder` puts them
-together), :mod:`~rewrite.testing.programs.strategies` (:func:`programs`) and
+together), :mod:`~rewrite.testing.programs.strategies` (:func:`programs`, :func:`sample_programs`) and
 :mod:`~rewrite.testing.programs.checking` (:func:`check_pass`).
 """
 
@@ -58,7 +58,7 @@ from rewrite.testing.programs.inputs import _draw_inputs as _draw_inputs
 from rewrite.testing.programs.inputs import _inputs_source as _inputs_source
 from rewrite.testing.programs.program import Program
 from rewrite.testing.programs.strategies import _finish as _finish
-from rewrite.testing.programs.strategies import programs
+from rewrite.testing.programs.strategies import programs, sample_programs
 
 __all__ = [
     "CI_SETTINGS",
@@ -70,4 +70,5 @@ __all__ = [
     "check_pass",
     "programs",
     "register_profiles",
+    "sample_programs",
 ]

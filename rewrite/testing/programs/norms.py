@@ -175,6 +175,8 @@ class _NormStatements(_BuilderState):
         In train mode it needs more than one value per statistic and must not
         overlap the statistics (it is read while they are written).
         """
+        if channels <= 0:
+            raise _Rejected("statistics of a zero-size dimension")
 
         def enough(shape: Sequence[int]) -> bool:
             per = math.prod(shape[2:]) if call.instance else math.prod(shape) // channels

@@ -29,6 +29,17 @@ from rewrite.testing.programs.values import (
 _T = TypeVar("_T")
 
 
+def _bindable(value: object) -> bool:
+    """A plain strided tensor whose storage can be read (not a list, not a functorch-wrapped tensor)."""
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+        return False
+    try:
+        value.untyped_storage()
+    except (NotImplementedError, RuntimeError):
+        return False
+    return True
+
+
 class _BuilderState:
     """A program being drawn, with the helpers that draw operands and emit statements.
 
@@ -79,6 +90,9 @@ class _BuilderState:
         self.values.append(_Value(name, kind, tensor, _elements(tensor), storage))
 
     def _bind_result(self, names: tuple[str, ...], kind: str, result: Any) -> None:
+        bound = [result] if isinstance(result, torch.Tensor) else list(result)[: len(names)] if names else []
+        if not all(_bindable(t) for t in bound):  # a list in a tuple, a functorch-wrapped tensor...
+            raise _Rejected("a result that is not a plain tensor")
         if isinstance(result, torch.Tensor):
             if names:
                 self._bind(names[0], kind, result)
@@ -94,6 +108,8 @@ class _BuilderState:
     # -- drawing helpers -------------------------------------------------- #
 
     def _int(self, lo: int, hi: int) -> int:
+        if hi < lo:  # a zero-size dimension: nothing to index, slice or split
+            raise _Rejected("an empty range")
         return self.draw(_integers(lo, hi))
 
     def _choice(self, options: Sequence[_T]) -> _T:

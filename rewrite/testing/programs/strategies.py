@@ -1,4 +1,4 @@
-"""The Hypothesis strategy of random programs (:func:`programs`).
+"""The Hypothesis strategy of random programs (:func:`programs`), and a fixed sample of it (:func:`sample_programs`).
 
 A program is drawn as its inputs (shapes, layouts, donation, a seed for the
 values), a random subset of the statement kinds (swarm testing), then one
@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import hypothesis.strategies as st
-from hypothesis import reject
+from hypothesis import HealthCheck, Phase, given, reject, settings
+from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import InvalidArgument
 
 from rewrite.testing.programs.builder import _KINDS, _Builder
@@ -20,7 +22,7 @@ from rewrite.testing.programs.inputs import _draw_inputs, _inputs_source
 from rewrite.testing.programs.norms import _NORM_CALLS
 from rewrite.testing.programs.program import TRACING_MODES, Program, _load
 
-__all__ = ["programs"]
+__all__ = ["programs", "sample_programs"]
 
 _MORE = st.integers(0, 19)  # 0 stops
 _ENABLED = st.integers(0, 3)  # 0 disables a statement kind in one program
@@ -243,3 +245,33 @@ def programs(
         tracing_mode=tracing_mode,
         allow_untrusted_ops=allow_untrusted_ops,
     )
+
+
+def sample_programs(count: int, *, seed: int = 0, **strategy: Any) -> list[Program]:
+    """``count`` programs drawn from :func:`programs` (``strategy`` are its arguments).
+
+    Examples
+    --------
+    >>> len(sample_programs(2, seed=3, max_ops=3))
+    2
+    """
+    drawn: list[Program] = []
+    for round_ in range(1 + count // 10):  # Hypothesis may draw fewer examples than asked for
+        if len(drawn) >= count:
+            break
+
+        @hypothesis_seed(seed * 1000 + round_)
+        @settings(
+            max_examples=count - len(drawn),
+            deadline=None,
+            database=None,
+            phases=[Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(programs(**strategy))
+        def collect(program: Program) -> None:
+            if len(drawn) < count:
+                drawn.append(program)
+
+        collect()
+    return drawn

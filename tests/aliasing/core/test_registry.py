@@ -14,8 +14,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import rewrite
 from aliasing.core import effects, registry
-from aliasing.verification.audit import main as audit_main
 from rewrite.testing import NotEquivalent, check_equivalent
+from tools.audit import main as audit_main
 
 
 def test_installed_torch_matches_its_committed_classification() -> None:
@@ -44,7 +44,7 @@ def test_a_new_op_is_reported_by_name() -> None:
     diff = registry.compare_with_committed([*rows, new])
     assert not diff.ok
     assert "aten::made_up_.default" in diff.summary()
-    assert "python -m aliasing.verification.audit --registry --write" in diff.summary()
+    assert "python -m tools.audit --registry --write" in diff.summary()
 
 
 @pytest.mark.parametrize(

@@ -59,7 +59,7 @@ from vllm.ir import ops
 from benchmarks.vllm_comparison import EPS, PROGRAMS, VllmProgram, compare, program, run_pass
 from rewrite.planning.decisions import Reason
 from rewrite.testing import check_equivalent, copy_program
-from rewrite.vllm import CloneEliminationPass, donated_positions, install, uninstall
+from rewrite.vllm import CloneEliminationPass, donated_positions, install, installed, uninstall
 
 #: Loads vLLM and compiles with its pass manager.
 pytestmark = pytest.mark.integration
@@ -152,14 +152,71 @@ def test_install_makes_the_pass_manager_build_ours(config: VllmConfig) -> None:
     try:
         install()
         install()  # idempotent
+        assert installed()
         pm = PostGradPassManager()
         pm.configure(config)
         assert isinstance(pm.clone_elimination, CloneEliminationPass)
     finally:
         uninstall()
+    assert not installed()
     pm = PostGradPassManager()
     pm.configure(config)
     assert type(pm.clone_elimination) is UnsafeCloneEliminationPass
+
+
+def test_off_switch_keeps_vllms_pass(config: VllmConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``FX_ALIASING_VLLM=0``: install() does nothing in this process, whoever calls it."""
+    monkeypatch.setenv("FX_ALIASING_VLLM", "0")
+    try:
+        install()
+        assert not installed()
+        assert type(UnsafeCloneEliminationPass(config)) is UnsafeCloneEliminationPass
+    finally:
+        uninstall()
+
+
+def test_every_platform_pass_manager_runs_ours(config: VllmConfig) -> None:
+    """Managers written as vllm-ascend's (a subclass with its own configure, vLLM's class imported into
+    its module) and as one that builds its own pass list: both run this library's pass, and get the
+    residual case right where vLLM's pass gets it wrong."""
+    from platform_pass_managers import OwnListPassManager, PlatformPostGradPassManager
+
+    inputs = _ir_inputs()
+    expected = _eager(_residual_read_after, inputs())
+    for name in ("vllm", "ours"):
+        try:
+            if name == "ours":
+                install()
+            platform = PlatformPostGradPassManager()
+            platform.configure(config)
+            managers = {"platform": platform, "own-list": OwnListPassManager(config)}
+        finally:
+            uninstall()
+        kinds = {type(platform.clone_elimination), type(managers["own-list"].passes[-1])}
+        assert kinds == {CloneEliminationPass if name == "ours" else UnsafeCloneEliminationPass}
+        for manager in managers.values():
+            with ops.fused_add_rms_norm.set_priority([PROVIDER, "native"]), pass_context(Range(1, 8192)):
+                gm = make_fx(_residual_read_after, tracing_mode="fake")(*inputs())
+                manager(gm.graph)
+            gm.recompile()
+            right = all(torch.allclose(a, b) for a, b in zip(gm(*inputs()), expected))
+            assert right == (name == "ours")
+
+
+def test_uuid_is_stable_across_processes(config: VllmConfig) -> None:
+    """The same in a fresh process; changed by an option that changes decisions."""
+    import subprocess
+    import sys
+
+    probe = (
+        "from vllm.config import DeviceConfig, VllmConfig; from rewrite.vllm import CloneEliminationPass; "
+        "c = VllmConfig(device_config=DeviceConfig(device='cpu')); "
+        "print(CloneEliminationPass(c).uuid(), CloneEliminationPass(c, lower_functional=True).uuid())"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True)
+    plain, lowering = done.stdout.split()[-2:]
+    assert plain == CloneEliminationPass(config).uuid()
+    assert lowering == CloneEliminationPass(config, lower_functional=True).uuid() != plain
 
 
 def test_donated_ids_are_node_indices_as_in_vllm() -> None:
@@ -205,12 +262,16 @@ def vllm_debug_logs() -> Iterator[_Records]:
             lg.setLevel(level)
 
 
-def test_logs_decisions_then_count_at_debug_and_is_timed(config: VllmConfig, vllm_debug_logs: _Records) -> None:
+def test_logs_decisions_at_debug_then_one_info_line_and_is_timed(config: VllmConfig, vllm_debug_logs: _Records) -> None:
     gm = program("two_clones_written").trace()
+    clone = next(n for n in gm.graph.nodes if n.target is CLONE)
+    size = clone.meta["val"].numel() * clone.meta["val"].element_size()
     run_pass(CloneEliminationPass(config), gm, ())
     messages = [r.getMessage() for r in vllm_debug_logs.records]
     ours = [r for r in vllm_debug_logs.records if r.name == "vllm.rewrite.vllm"]
-    assert all(r.levelno == logging.DEBUG for r in ours)
+    info = [r.getMessage() for r in ours if r.levelno == logging.INFO]
+    assert info == [f"CloneEliminationPass removed 1 clone nodes, kept 1, dropped 0 self-copies: {size} bytes of copies removed per call"]
+    assert all(r.levelno == logging.DEBUG for r in ours if r.levelno != logging.INFO)
     assert any(m.startswith("Donated input ids: []") for m in messages)
     assert any("is a redundant clone of mul, removing it" in m for m in messages)
     assert any(m.startswith("Clone removal not possible, node=clone_1") for m in messages)
@@ -485,8 +546,15 @@ def test_torch_compile_with_vllm_passes(
 _PLUGIN_PROBE = """
 from vllm.plugins import load_general_plugins
 load_general_plugins()
-from vllm.compilation.passes import pass_manager
-print(pass_manager.UnsafeCloneEliminationPass.__module__ + "." + pass_manager.UnsafeCloneEliminationPass.__name__)
+from vllm.compilation.passes.pass_manager import PostGradPassManager
+from vllm.config import DeviceConfig, VllmConfig
+from platform_pass_managers import PlatformPostGradPassManager
+config = VllmConfig(device_config=DeviceConfig(device="cpu"))
+kinds = set()
+for manager in (PostGradPassManager(), PlatformPostGradPassManager()):
+    manager.configure(config)
+    kinds.add(type(manager.clone_elimination).__module__ + "." + type(manager.clone_elimination).__name__)
+print(*sorted(kinds))
 """
 
 
@@ -502,7 +570,8 @@ print(pass_manager.UnsafeCloneEliminationPass.__module__ + "." + pass_manager.Un
     ids=["enabled", "enabled-allow-listed", "unset", "disabled", "not-allow-listed"],
 )
 def test_general_plugin_through_vllms_plugin_loader(env: dict[str, str], expected: str) -> None:
-    """The package's ``vllm.general_plugins`` entry point, loaded by vLLM's own loader in a fresh process."""
+    """The package's ``vllm.general_plugins`` entry point, loaded by vLLM's own loader in a fresh process:
+    vLLM's pass manager and a platform's (written as vllm-ascend's) build the same pass."""
     import os
     import subprocess
     import sys
@@ -511,9 +580,9 @@ def test_general_plugin_through_vllms_plugin_loader(env: dict[str, str], expecte
     (ep,) = [e for e in entry_points(group="vllm.general_plugins") if e.name == "fx_aliasing"]
     assert ep.value == "rewrite.vllm:plugin"
     clean = {k: v for k, v in os.environ.items() if k not in ("FX_ALIASING_VLLM", "VLLM_PLUGINS")}
-    done = subprocess.run(
-        [sys.executable, "-c", _PLUGIN_PROBE], env={**clean, **env}, capture_output=True, text=True, timeout=300, check=False
-    )
+    here = os.path.dirname(__file__)
+    env = {**clean, **env, "PYTHONPATH": os.pathsep.join([here, clean.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", _PLUGIN_PROBE], env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == expected
 

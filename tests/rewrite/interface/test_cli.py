@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -25,7 +26,7 @@ import torch
 
 import aliasing
 from rewrite import eliminate_clones
-from rewrite.cli import count_clones, main
+from rewrite.cli import count_clones, main, version_text
 from rewrite.errors import NotEquivalent
 from rewrite.examples import (
     DEMO_DONATED_INPUTS,
@@ -187,7 +188,7 @@ def test_demo_prints_every_section(capsys: pytest.CaptureFixture[str]) -> None:
     assert re.search(r"^\s+write rotary_ via getitem\b", accesses, re.M)
     assert re.search(r"^\s+write rms_norm_ via clone\b", accesses, re.M)
     assert re.search(r"^\s+write copy_ via slice_1\b", accesses, re.M)
-    assert "clones: 5 before, 3 after (removed 2: clone_3, clone_4)" in out
+    assert "6 copy candidates (5 clones, 1 copy_): 2 removed, 4 kept" in out
     assert "equivalent: yes" in out
 
 
@@ -261,7 +262,7 @@ def test_demo_fails_when_equivalence_fails(
     def not_equivalent(*args: object, **kwargs: object) -> None:
         raise NotEquivalent("output", "output 0 differs")
 
-    monkeypatch.setattr("rewrite.cli.check_equivalent", not_equivalent)
+    monkeypatch.setattr("rewrite.commands.check_equivalent", not_equivalent)
     assert main(["demo"]) == 1
     captured = capsys.readouterr()
     assert "equivalent: NO" in captured.out
@@ -280,6 +281,169 @@ def test_console_script_points_at_main() -> None:
     (script,) = importlib.metadata.entry_points(group="console_scripts", name="fx-aliasing")
     assert script.value == "rewrite.cli:main"
     assert script.load() is main
+
+
+# --- no torch for --help, --version and usage errors ------------------------------
+
+#: Runs main() on each argument list in one process (argv[1]: a JSON list of them), then says
+#: whether torch or the library were imported on the way.
+_WITHOUT_TORCH = """
+import contextlib, io, json, sys
+from rewrite.cli import main
+
+results = []
+for args in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(args)
+    results.append({"args": args, "rc": rc, "out": out.getvalue(), "err": err.getvalue()})
+imported = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "aliasing", "numpy"))
+print(json.dumps({"results": results, "imported": imported}))
+"""
+
+#: (arguments, the argument the one error line names); "{p}" is an existing file, "{d}" a folder.
+USAGE_ERRORS = [
+    ([], "the following arguments are required: COMMAND"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["explain"], "the following arguments are required: PROGRAM.pt2"),
+    (["explain", "{d}/nope.pt2"], "nope.pt2: no such file"),
+    (["explain", "{d}"], "is not a file"),
+    (["explain", "{p}", "--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["explain", "{p}", "--donated", "x,,y"], "--donated 'x,,y': an empty entry"),
+    (["explain", "{p}", "--donated", "x-1"], "--donated 'x-1': 'x-1' is neither a placeholder position nor a name"),
+    (["explain", "{p}", "--import", "no_such_module_here"], "--import no_such_module_here: no module named"),
+    (["explain", "{p}", "--import", "my-ops"], "--import 'my-ops': not a module name"),
+    (["explain", "{p}", "--json", "--summary"], "argument --summary: not allowed with argument --json"),
+    (["explain", "{p}", "--html", "{d}/r.txt"], "--html {d}/r.txt: the file name must end with .html or .htm"),
+    (["explain", "{p}", "--dot", "{d}/g.pdf"], "--dot {d}/g.pdf: writes DOT text"),
+    (["rewrite", "{p}"], "the following arguments are required: -o/--output"),
+    (["rewrite", "{p}", "-o", "{p}"], "is the input program"),
+    (["demo", "--seed", "many"], "argument --seed: invalid int value: 'many'"),
+    (["demo", "--tracing-mode", "eager"], "argument --tracing-mode: invalid choice: 'eager'"),
+]
+
+
+@pytest.mark.integration
+def test_help_version_and_usage_errors_do_not_import_torch(tmp_path: Path) -> None:
+    program = tmp_path / "p.pt2"
+    program.write_bytes(b"not looked at: the arguments are wrong before the file is read")
+
+    def fill(args: list[str]) -> list[str]:
+        return [a.format(p=program, d=tmp_path) for a in args]
+
+    cases = [["--help"], ["--version"], ["explain", "--help"], *(fill(args) for args, _ in USAGE_ERRORS)]
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TORCH, json.dumps(cases)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, check=True,
+    )
+    report = json.loads(done.stdout)
+    assert report["imported"] == []  # neither torch, nor aliasing, nor numpy
+    help_, version, explain_help, *errors = report["results"]
+    assert help_["rc"] == 0 and "usage: fx-aliasing" in help_["out"] and "2 on a usage error" in help_["out"]
+    assert version["rc"] == 0 and version["out"].strip() == version_text()
+    assert explain_help["rc"] == 0 and "--json" in explain_help["out"]
+    for result, (_, message) in zip(errors, USAGE_ERRORS):
+        assert result["rc"] == 2, result
+        lines = result["err"].splitlines()
+        assert lines[0].startswith("usage: fx-aliasing"), result
+        (error,) = [line for line in lines if ": error: " in line]  # one error line, naming the argument
+        assert error == lines[-1] and message.format(d=tmp_path) in error, result
+    assert list(tmp_path.iterdir()) == [program]  # nothing written
+
+
+@pytest.mark.integration
+def test_console_script_answers_version_without_torch() -> None:
+    script = _console_script()
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", str(script), "--version"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )
+    assert done.stdout.strip() == version_text()
+    assert done.stdout.strip() == (
+        f"fx-aliasing {importlib.metadata.version('fx-aliasing')} (torch {importlib.metadata.version('torch')})"
+    )
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "rewrite.cli" in imported
+    assert not {m for m in imported if m.split(".")[0] in ("torch", "aliasing")}
+
+
+# --- one vocabulary of counts ---------------------------------------------------------
+
+_COUNTS = re.compile(r"(\d+) copy candidates? \((\d+) clones?, (\d+) copy_\): (\d+) removed, (\d+) kept")
+
+
+def decision_rows(text: str) -> list[dict[str, str]]:
+    """The rows of the first decision table in ``text`` (header ``node  kind  original  action ...``)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if re.match(r"node +kind +original +action +reason", line))
+    header = lines[start]
+    cuts = [m.start() for m in re.finditer(r"\S+", header)]
+    rows = []
+    for line in lines[start + 2 :]:
+        if _COUNTS.match(line):
+            break
+        cells = [line[a:b].strip() for a, b in zip(cuts, [*cuts[1:], None])]
+        rows.append(dict(zip(header.split(), cells)))
+    return rows
+
+
+def assert_counts_match(line: str, rows: list[dict[str, str]]) -> None:
+    """Every count in ``line`` is the number of ``rows`` of its kind or action."""
+    match = _COUNTS.search(line)
+    assert match, line
+    candidates, clones, copies, removed, kept = map(int, match.groups())
+    assert candidates == len(rows)
+    assert clones == sum(r["kind"] == "clone" for r in rows)
+    assert copies == sum(r["kind"] == "copy_" for r in rows)
+    assert removed == sum(r["action"] == "remove" for r in rows)
+    assert kept == sum(r["action"] == "keep" for r in rows)
+    assert clones + copies == removed + kept == candidates
+
+
+def test_demo_counts_every_row_once(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    rows = decision_rows(out.split("== clone elimination ==", 1)[1])
+    assert {r["kind"] for r in rows} == {"clone", "copy_"}  # the demo has both
+    assert [r["node"] for r in rows if r["kind"] == "copy_"] == ["copy_"]
+    first, table_counts = out.splitlines()[0], out.split("== clone elimination ==", 1)[1]
+    assert_counts_match(first, rows)  # the first line
+    assert_counts_match(table_counts, rows)  # the line under the table
+    assert len(_COUNTS.findall(out)) == 2
+    # the rewritten graph keeps exactly the kept rows
+    code = out.split("== rewritten graph ==", 1)[1]
+    for r in rows:
+        assert (f"    {r['node']} = " in code) == (r["action"] == "keep"), r
+
+
+def test_explanation_text_html_and_json_count_alike() -> None:
+    from rewrite.counts import count_copies
+    from rewrite.explain import explain
+
+    e = explain(trace_demo(), donated_inputs=DEMO_DONATED_INPUTS, name="the demo block")
+    text = e.text()
+    rows = decision_rows(text)
+    assert len(rows) == len(e.report.decisions) == 6
+    summary_line = text.splitlines()[0]
+    assert summary_line.startswith("the demo block: 34 nodes, ")
+    assert summary_line.endswith(" storages, 6 copy candidates (5 clones, 1 copy_): 2 removed, 4 kept")
+    assert_counts_match(summary_line, rows)
+    assert_counts_match(text.split("== clone elimination ==", 1)[1], rows)
+    data = json.loads(e.to_json())
+    assert data["counts"] == e.counts.as_dict() == count_copies(e.report.decisions).as_dict()
+    assert [(d["node"], d["kind"], d["action"]) for d in data["decisions"]] == [
+        (r["node"], r["kind"], r["action"]) for r in rows
+    ]
+    assert data["counts"]["copies"] == 1 and data["counts"]["copies_kept"] == 1
+    if importlib.util.find_spec("matplotlib") is not None:  # the page draws the timeline
+        page = e.html()
+        html_rows = re.findall(r'<tr class="(remove|keep)"><td><code>(?:<a [^>]*>)?(\w+)(?:</a>)?</code></td><td>(clone|copy_)</td>', page)
+        assert [(node, kind, action) for action, node, kind in html_rows] == [
+            (r["node"], r["kind"], r["action"]) for r in rows
+        ]
+        summary = page.split('id="summary"', 1)[1].split("</table>", 1)[0]
+        assert_counts_match(summary, rows)
+        assert_counts_match(page.split('id="decisions"', 1)[1].split("</h2>", 1)[1], rows)
 
 
 _MYOPS = """
@@ -441,3 +605,87 @@ def test_tests_readme_lists_every_test_file() -> None:
     present = {p.relative_to(ROOT / "tests").as_posix() for p in (ROOT / "tests").rglob("test_*.py")}
     assert present - listed == set(), "add these files to tests/README.md"
     assert listed - present == set(), "tests/README.md lists files that do not exist"
+
+
+@pytest.fixture(scope="module")
+def block_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo block exported with torch.export and saved: 4 clones and the KV cache's copy_."""
+    fn, make_inputs = demo_block()
+
+    class Block(torch.nn.Module):
+        def forward(self, *args: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return fn(*args)
+
+    path = tmp_path_factory.mktemp("block") / "block.pt2"
+    torch.export.save(torch.export.export(Block(), make_inputs()), path)
+    return path
+
+
+DECISION_KEYS = {"node", "kind", "original", "action", "reason", "condition", "description", "evidence", "erased"}
+COUNT_KEYS = {
+    "candidates", "clones", "copies", "removed", "kept", "clones_removed", "clones_kept", "copies_removed", "copies_kept"
+}
+
+
+def test_explain_json_schema_and_text_agree(
+    block_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dot = tmp_path / "g.dot"
+    assert main(["explain", str(block_file), "--import", "rewrite.examples", "--json", "--dot", str(dot)]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)  # standard output holds the JSON document alone
+    assert captured.out == json.dumps(data, indent=2, sort_keys=True) + "\n"  # stable: sorted keys, indent 2
+    assert f"wrote the storage graph to {dot}" in captured.err and dot.exists()
+    assert set(data) == {
+        "schema", "program", "torch", "fx_aliasing", "nodes", "storages", "donated_inputs", "counts", "decisions",
+        "opaque", "error",
+    }
+    assert data["schema"] == "fx-aliasing-explain/1" and data["program"] == "block.pt2"
+    assert data["torch"] == torch.__version__ and data["fx_aliasing"] == importlib.metadata.version("fx-aliasing")
+    assert data["error"] is None and data["opaque"] == [] and data["donated_inputs"] == []
+    assert set(data["counts"]) == COUNT_KEYS
+    for d in data["decisions"]:
+        assert set(d) == DECISION_KEYS
+        assert d["kind"] in ("clone", "copy_") and d["action"] in ("remove", "keep")
+        assert d["condition"] is None or re.fullmatch(r"C\d+[ab]?(-C\d+)?", d["condition"]), d
+        assert isinstance(d["description"], str) and d["description"]
+        assert all(isinstance(n, str) for n in d["evidence"] + d["erased"])
+    kinds = [d["kind"] for d in data["decisions"]]
+    actions = [d["action"] for d in data["decisions"]]
+    counts = data["counts"]
+    assert counts["candidates"] == len(kinds) and "copy_" in kinds
+    assert (counts["clones"], counts["copies"]) == (kinds.count("clone"), kinds.count("copy_"))
+    assert (counts["removed"], counts["kept"]) == (actions.count("remove"), actions.count("keep"))
+    # the text says the same, row by row
+    assert main(["explain", str(block_file), "--import", "rewrite.examples"]) == 0
+    text = capsys.readouterr().out
+    rows = decision_rows(text)
+    assert [
+        (d["node"], d["kind"], d["original"], d["action"], f"{d['condition'] or ''} {d['reason']}".strip(),
+         ", ".join(d["evidence"]))
+        for d in data["decisions"]
+    ] == [(r["node"], r["kind"], r["original"], r["action"], r["reason"], r["evidence"]) for r in rows]
+    assert_counts_match(text.splitlines()[0], rows)
+    assert_counts_match(text.split("== clone elimination ==", 1)[1], rows)
+    # donated inputs, by position and name
+    assert main(["explain", str(block_file), "--import", "rewrite.examples", "--json", "--donated", "6,args_7"]) == 0
+    donated = json.loads(capsys.readouterr().out)["donated_inputs"]
+    assert donated == [{"position": 6, "name": "args_6"}, {"position": 7, "name": "args_7"}]
+
+
+def test_rewrite_command_counts_every_row_once(
+    block_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out.pt2"
+    assert main(["rewrite", str(block_file), "--import", "rewrite.examples", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    rows = decision_rows(printed)
+    assert {r["kind"] for r in rows} == {"clone", "copy_"}
+    (line,) = [line for line in printed.splitlines() if _COUNTS.search(line)]  # said once
+    assert_counts_match(line, rows)
+    assert printed.endswith(f"\nsaved {out}\n")
+    from rewrite.explain import load_program
+    from rewrite.planning.candidates import copy_candidates
+
+    left = sorted(n.name for n in copy_candidates(load_program(out).graph_module.graph))
+    assert left == sorted(r["node"] for r in rows if r["action"] == "keep")

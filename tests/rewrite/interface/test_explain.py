@@ -161,7 +161,7 @@ def test_cli_explain_prints_every_section(program_file: Path, capsys: pytest.Cap
     assert positions == sorted(positions)
     assert "inputs: 2 parameters (0:p_qkv_weight, 1:p_out_weight); 2 buffers (2:b_k_cache, 3:b_v_cache);" in out
     assert "\n    the caller's memory: b_k_cache by index_copy_, b_v_cache by index_copy__1\n" in out
-    assert "clone_2  x         keep    C5 clone-written-original-is-caller-memory  mul_, x" in out
+    assert "clone_2  clone  x         keep    C5 clone-written-original-is-caller-memory  mul_, x" in out
     assert "{linear, split, getitem, getitem_1, getitem_2}" in out  # q, k, v: one storage
     # (torch.export.load gives every view storage offset 0 in its metadata, so the saved program's
     # q, k and v are not proved disjoint; the in-memory program's are)
@@ -229,7 +229,11 @@ def test_summary_is_short_on_a_400_node_program(stack: torch.export.ExportedProg
     lines = summary.splitlines()
     assert len(lines) <= 36, summary
     assert max(len(line) for line in lines[:-1]) <= 120  # wrapped (the last line is the hint)
-    assert lines[0] == f"stack: {len(stack.graph.nodes)} nodes, {len(e.analysis.storages)} storages, 54 clone candidates: 53 removed, 1 kept"
+    assert lines[0] == (
+        f"stack: {len(stack.graph.nodes)} nodes, {len(e.analysis.storages)} storages, "
+        "54 copy candidates (54 clones, 0 copy_): 53 removed, 1 kept"
+    )
+    assert "\n54 copy candidates (54 clones, 0 copy_): 53 removed, 1 kept (the table: without --summary)\n" in summary
     # many decisions: grouped by action and reason, kept first, at most three lines a group
     assert "  kept 1, C5 clone-written-original-is-caller-memory: clone_2" in summary
     removed = summary.split("  removed 53, removable: ", 1)[1].split("\n\n")[0]
@@ -246,7 +250,7 @@ def test_summary_is_short_on_a_400_node_program(stack: torch.export.ExportedProg
 
 def test_summary_of_a_small_program_has_the_decision_table(program_file: Path) -> None:
     summary = explain(load_program(program_file), name="tiny").text(summary=True)
-    assert "clone_2  x         keep    C5 clone-written-original-is-caller-memory  mul_, x" in summary
+    assert "clone_2  clone  x         keep    C5 clone-written-original-is-caller-memory  mul_, x" in summary
     assert "== reads and writes" not in summary and len(summary.splitlines()) <= 25
 
 
@@ -269,11 +273,12 @@ def test_cli_rewrite_saves_a_program_without_the_clones(
     assert main(["rewrite", str(program_file), "-o", str(out), "--check"]) == 0
     printed = capsys.readouterr().out
     assert "equivalent on the saved example inputs: yes" in printed
-    assert f"clones: 3 before, 1 after; saved {out}" in printed
+    assert "3 copy candidates (3 clones, 0 copy_): 2 removed, 1 kept\n" in printed
+    assert printed.endswith(f"\nsaved {out}\n")
     loaded = load_program(out)
     check_equivalent(load_program(program_file), loaded, _inputs())
     assert main(["rewrite", str(program_file), "-o", str(out), "--donated", "4"]) == 0
-    assert "clones: 3 before, 1 after" in capsys.readouterr().out  # (h's layout: x may come at any offset)
+    assert "3 copy candidates (3 clones, 0 copy_): 2 removed, 1 kept" in capsys.readouterr().out  # (h's layout: x may come at any offset)
     check_equivalent(load_program(program_file), load_program(out), _inputs(), donated_inputs=(4,))
 
 
@@ -302,7 +307,7 @@ def test_readme_your_own_program_runs_as_written(
         assert command[0] == "fx-aliasing"
         assert main(command[1:]) == 0, line
     out = capsys.readouterr().out
-    assert "clone  mul       remove  removable" in out and "equivalent on the saved example inputs: yes" in out
+    assert "clone  clone  mul       remove  removable" in out and "equivalent on the saved example inputs: yes" in out
     assert (tmp_path / "report.html").exists() and load_program(tmp_path / "scale-rewritten.pt2")
 
 
@@ -324,6 +329,8 @@ def test_readme_your_own_program_runs_as_written(
         (["explain", "{program}", "--donated", "x-1"], "neither a placeholder position nor a name"),
         (["rewrite", "{program}", "-o", "{program}"], "is the input program"),
         (["rewrite", "{program}", "-o", "{dir}/no/out.pt2"], "does not exist"),
+        (["rewrite", "{program}", "-o", "{dir}/out.pt2", "--import", "no_such_module_here"], "no module named"),
+        (["explain", "{program}", "--json", "--summary"], "not allowed with argument --json"),
     ],
 )
 def test_arguments_are_checked_first(
@@ -333,7 +340,7 @@ def test_arguments_are_checked_first(
     def no_work(*a: object, **k: object) -> None:
         raise AssertionError("work started before the arguments were checked")
 
-    monkeypatch.setattr("rewrite.cli.load_program", no_work)
+    monkeypatch.setattr("rewrite.commands.load_program", no_work)
     filled = [a.format(missing=tmp_path / "missing.pt2", dir=tmp_path, program=program_file) for a in args]
     assert main(filled) == 2
     err = capsys.readouterr().err
@@ -341,10 +348,33 @@ def test_arguments_are_checked_first(
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
-def test_unknown_donated_name_fails_before_the_analysis(program_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["explain", str(program_file), "--donated", "nope"]) == 1
-    err = capsys.readouterr().err
-    assert "FAILED" in err and "'nope' is not a placeholder" in err
+@pytest.mark.parametrize(
+    ("command", "donated", "message"),
+    [
+        ("explain", "nope", "--donated 'nope': donated input 'nope' is not a placeholder of the program"),
+        ("explain", "4,99", "--donated '4,99': donated input position 99 is out of range: the program has 6 placeholders"),
+        ("rewrite", "99", "--donated '99': donated input position 99 is out of range"),
+    ],
+)
+def test_donated_inputs_the_program_lacks_are_usage_errors(
+    command: str, donated: str, message: str, program_file: Path, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Checked right after loading (the placeholders are the program's), before the analysis: exit status 2."""
+
+    def no_work(*a: object, **k: object) -> None:
+        raise AssertionError("the analysis started before --donated was checked")
+
+    monkeypatch.setattr("rewrite.commands.explain", no_work)
+    out = tmp_path / "out.pt2"
+    args = [command, str(program_file), "--donated", donated] + (["-o", str(out)] if command == "rewrite" else [])
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = [line for line in captured.err.splitlines() if not line.startswith("fx-aliasing: loading")]
+    assert len(err) == 2 and err[0].startswith("usage: fx-aliasing"), captured.err
+    assert err[1].startswith(f"fx-aliasing {command}: error: {message}"), err[1]
+    assert not out.exists()
 
 
 def test_not_a_program_is_a_clear_failure(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

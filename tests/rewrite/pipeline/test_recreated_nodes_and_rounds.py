@@ -2,7 +2,7 @@
 call for another round: the question "another round?" is asked of the analysis before the graph
 changes (it names only nodes the analysis saw), and nothing after the rewrite loses the plan.
 
-The programs are the fuzzer's (``python -m rewrite.testing.soak``, 14 statements): each raised
+The programs are the fuzzer's (``python -m tools.soak``, 14 statements): each raised
 ``UnknownNodeError`` in strict mode, and in the default mode reported an error and left a
 ``GraphModule`` whose code no longer matched its rewritten graph.
 """

@@ -42,8 +42,7 @@ from rewrite.testing import (
     copy_program,
     programs,
 )
-from rewrite.testing.precision import sample_programs
-from rewrite.testing.programs import CI_SETTINGS, SOAK_SETTINGS, register_profiles
+from rewrite.testing.programs import CI_SETTINGS, SOAK_SETTINGS, register_profiles, sample_programs
 
 # Per-test settings only lift what a traced draw needs; example counts follow the profile.
 fuzz = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -1,6 +1,6 @@
 """The fuzzer's power: it catches deliberately broken passes.
 
-Each broken variant of clone elimination (``rewrite.testing.broken``: the
+Each broken variant of clone elimination (``tools.broken``: the
 library's pass with one of conditions C2, C3, C5, C6 not checked, and the
 "output-only" rule of unsafe pipelines) must be caught by ``check_pass`` on
 programs from ``programs()`` within a bounded number of examples, with a
@@ -23,7 +23,7 @@ from hypothesis.errors import NoSuchExample
 import rewrite
 from rewrite.errors import NotEquivalent
 from rewrite.testing import Program, check_pass, copy_program, programs
-from rewrite.testing.broken import BROKEN_CONDITIONS, eliminate_clones_skipping, output_only_pass, skipping
+from tools.broken import BROKEN_CONDITIONS, eliminate_clones_skipping, output_only_pass, skipping
 
 #: At most this many drawn programs (shrinking excluded) to find each counterexample.
 MAX_EXAMPLES = 300

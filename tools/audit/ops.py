@@ -5,7 +5,7 @@ entries of ``torch.testing._internal.common_methods_invocations.op_db`` plus a
 few *extra* cases shaped like them (norm modules' functional calls); each op
 runs in the dtype of :data:`DTYPE_PREFERENCE` it supports first, in the
 variants of :data:`VARIANTS` it has, traced by each of :data:`TRACERS`. Each
-op is one work item of a campaign (:mod:`aliasing.verification.campaign`),
+op is one work item of a campaign (:mod:`tools.campaign`),
 whose settings :func:`_campaign_settings` writes.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from aliasing.errors import AuditError
-from aliasing.verification.campaign import WorkItem
+from tools.campaign import WorkItem
+from tools.errors import AuditError
 
 #: The ways each op is called, in report order.
 VARIANTS: tuple[str, ...] = ("function", "inplace", "out", "out_empty", "out_wrong_shape")
@@ -213,8 +213,8 @@ def _variants(info: Any) -> list[tuple[str, Callable[..., Any]]]:
 
 
 #: The campaign tool name of the audit (results files name it): the package whose ``main``
-#: ``python -m aliasing.verification.campaign merge`` hands the files to.
-TOOL = "aliasing.verification.audit"
+#: ``python -m tools.campaign merge`` hands the files to.
+TOOL = "tools.audit"
 _OP_DB_MODULE = "torch.testing._internal.common_methods_invocations"
 
 

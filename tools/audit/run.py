@@ -5,10 +5,10 @@ copies of its tensors (what it changed is noted), traced with each tracer
 (``make_fx(tracing_mode="fake")``, and ``torch.export.export`` for the first
 samples), analysed with :func:`aliasing.analyze` and run on real copies under
 :func:`aliasing.verification.oracle.check_analysis` (:func:`_check_graph`):
-one :class:`~aliasing.verification.audit.report.SampleResult` per check. One op
+one :class:`~tools.audit.report.SampleResult` per check. One op
 (:func:`_audit_op`, the campaign item :func:`audit_item`) is every sample of
 every variant; :func:`audit` runs the ops as a campaign
-(:mod:`aliasing.verification.campaign`) and folds their outcomes into the report.
+(:mod:`tools.campaign`) and folds their outcomes into the report.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import torch.utils._pytree as pytree
 
 from aliasing.core.analysis import DEFAULT_EFFECTS, analyze
 from aliasing.core.effects import EffectTable
-from aliasing.errors import AuditError
-from aliasing.verification import campaign
-from aliasing.verification.audit.ops import (
+from aliasing.verification.oracle import AnalysisUnsound, check_analysis
+from tools import campaign
+from tools.audit.ops import (
     _OP_DB_MODULE,
     TOOL,
     TRACERS,
@@ -42,10 +42,10 @@ from aliasing.verification.audit.ops import (
     _variants,
     _work_items,
 )
-from aliasing.verification.audit.report import _EXAMPLE_LIMIT, AuditReport, SampleResult, _fold
-from aliasing.verification.campaign import CampaignError, CampaignOptions, Outcome
-from aliasing.verification.oracle import AnalysisUnsound, check_analysis
-from aliasing.verification.time_limit import SampleTimeout, time_limit
+from tools.audit.report import _EXAMPLE_LIMIT, AuditReport, SampleResult, _fold
+from tools.campaign import CampaignError, CampaignOptions, Outcome
+from tools.errors import AuditError
+from tools.time_limit import SampleTimeout, time_limit
 
 _MESSAGE_LIMIT = 4000
 
@@ -508,7 +508,7 @@ def audit(
 ) -> AuditReport:
     """Run the effects audit: OpInfo samples for real, against the analysis, under the oracle.
 
-    Each op is one item of a campaign (:mod:`aliasing.verification.campaign`): in this process by
+    Each op is one item of a campaign (:mod:`tools.campaign`): in this process by
     default, or in worker processes, in shards, resumable from a results file, or on
     Ray, as ``campaign_options`` say; the report is the same in every case.
 
@@ -535,7 +535,7 @@ def audit(
         ``torch.set_num_threads`` for each op (restored afterwards); ``None`` leaves it.
     progress : callable, optional
         Called with one line of text per op.
-    campaign_options : aliasing.verification.campaign.CampaignOptions, optional
+    campaign_options : tools.campaign.CampaignOptions, optional
         Worker processes (``jobs``), ``shard``, ``results`` file, Ray address,
         per-op time limit, modules to import in each worker.
 

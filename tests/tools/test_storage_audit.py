@@ -1,4 +1,4 @@
-"""The storage-sharing audit (``python -m aliasing.verification.audit --storage``) and its committed data files.
+"""The storage-sharing audit (``python -m tools.audit --storage``) and its committed data files.
 
 Schemas lie: ``aten.unsafe_split.Tensor`` returns views without declaring
 them, the CPU kernel of ``aten.dequantize.self`` returns a float argument
@@ -25,8 +25,8 @@ import pytest
 import torch
 
 from aliasing.core.registry import classify_installed, torch_release
-from aliasing.verification.audit import main as audit_main
-from aliasing.verification.storage_audit import (
+from tools.audit import main as audit_main
+from tools.storage_audit import (
     REGENERATE,
     VERDICTS,
     AuditError,

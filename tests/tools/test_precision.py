@@ -1,4 +1,4 @@
-"""The greedy dynamic oracle and the precision report (``rewrite.testing.precision``)."""
+"""The greedy dynamic oracle and the precision report (``tools.precision``)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import pytest
 import torch
 
 import rewrite
-from rewrite.testing import PrecisionReport, greedy_removable, measure_precision, sample_programs
+from rewrite.testing import sample_programs
 from rewrite.testing.programs import Program
+from tools.precision import PrecisionReport, greedy_removable, measure_precision
 
 
 def _program(function_source: str, inputs_source: str, donated: tuple[int, ...] = ()) -> Program:
@@ -121,7 +122,7 @@ def test_dead_clone_erasure_beats_greedy() -> None:
 
 
 def test_greedy_cache_runs_the_oracle_once_per_program(monkeypatch: pytest.MonkeyPatch) -> None:
-    import rewrite.testing.precision as precision
+    import tools.precision as precision
 
     calls: list[str] = []
     real = precision.greedy_removable

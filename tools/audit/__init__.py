@@ -38,10 +38,10 @@ OpInfo for: functional calls (``torch.func.functional_call``) of
 graph inputs (``op_db`` already covers ``F.batch_norm`` and
 ``F.instance_norm`` with running statistics in train mode).
 
-Run it with ``python -m aliasing.verification.audit`` (``--help`` for the options); it
+Run it with ``python -m tools.audit`` (``--help`` for the options); it
 needs ``expecttest`` (``torch.testing._internal`` imports it) and numpy (the
-oracle), both in the ``test`` extra. ``python -m aliasing.verification.audit --layouts``
-runs the layout audit instead (:mod:`aliasing.verification.layout_audit`).
+oracle), both in the ``test`` extra. ``python -m tools.audit --layouts``
+runs the layout audit instead (:mod:`tools.layout_audit`).
 """
 
 from __future__ import annotations
@@ -53,19 +53,19 @@ from typing import TYPE_CHECKING, Any
 import torch as torch
 
 from aliasing.core.analysis import DEFAULT_EFFECTS as DEFAULT_EFFECTS
-from aliasing.errors import AuditError
-from aliasing.verification.audit.ops import _OP_DB_MODULE as _OP_DB_MODULE
-from aliasing.verification.audit.ops import DTYPE_PREFERENCE as DTYPE_PREFERENCE
-from aliasing.verification.audit.ops import TOOL as TOOL
-from aliasing.verification.audit.ops import TRACERS, VARIANTS, audited_ops
-from aliasing.verification.audit.ops import _campaign_settings as _campaign_settings
-from aliasing.verification.audit.ops import _work_items as _work_items
-from aliasing.verification.audit.report import AuditReport, SampleResult, render_markdown
-from aliasing.verification.audit.report import _fold as _fold
-from aliasing.verification.audit.run import audit, audit_item
+from tools.audit.ops import _OP_DB_MODULE as _OP_DB_MODULE
+from tools.audit.ops import DTYPE_PREFERENCE as DTYPE_PREFERENCE
+from tools.audit.ops import TOOL as TOOL
+from tools.audit.ops import TRACERS, VARIANTS, audited_ops
+from tools.audit.ops import _campaign_settings as _campaign_settings
+from tools.audit.ops import _work_items as _work_items
+from tools.audit.report import AuditReport, SampleResult, render_markdown
+from tools.audit.report import _fold as _fold
+from tools.audit.run import audit, audit_item
+from tools.errors import AuditError
 
 if TYPE_CHECKING:
-    from aliasing.verification.audit.__main__ import main
+    from tools.audit.__main__ import main
 
 __all__ = [
     "TRACERS",
@@ -84,13 +84,13 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """``main``, the command line, imported on first use (PEP 562).
 
-    ``python -m aliasing.verification.audit`` imports this package, then runs its
+    ``python -m tools.audit`` imports this package, then runs its
     ``__main__`` module as a script: imported here already, it would run twice
     (and ``runpy`` would warn).
     """
     if name != "main":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from aliasing.verification.audit.__main__ import main as command
+    from tools.audit.__main__ import main as command
 
     globals()["main"] = command
     return command

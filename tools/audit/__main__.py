@@ -1,10 +1,10 @@
-"""``python -m aliasing.verification.audit``: the effects audit's command line.
+"""``python -m tools.audit``: the effects audit's command line.
 
-It runs the audit (:func:`aliasing.verification.audit.audit`) and writes its
+It runs the audit (:func:`tools.audit.audit`) and writes its
 reports, prints the report of a campaign's results files (``--merge``), runs
 the operator-registry coverage check (``--registry``), the layout audit
-(``--layouts``, :mod:`aliasing.verification.layout_audit`) or the
-storage-sharing audit (``--storage``, :mod:`aliasing.verification.storage_audit`);
+(``--layouts``, :mod:`tools.layout_audit`) or the
+storage-sharing audit (``--storage``, :mod:`tools.storage_audit`);
 ``--help`` lists the options.
 """
 
@@ -16,12 +16,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from aliasing.errors import AuditError
-from aliasing.verification import campaign
-from aliasing.verification.audit.ops import TOOL, _work_items
-from aliasing.verification.audit.report import AuditReport, _fold
-from aliasing.verification.audit.run import audit
-from aliasing.verification.campaign import CampaignError
+from tools import campaign
+from tools.audit.ops import TOOL, _work_items
+from tools.audit.report import AuditReport, _fold
+from tools.audit.run import audit
+from tools.campaign import CampaignError
+from tools.errors import AuditError
 
 __all__ = ["main"]
 
@@ -45,11 +45,11 @@ def _registry_main(*, write: bool) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m aliasing.verification.audit``: run the audit, print the summary, write the reports.
+    """``python -m tools.audit``: run the audit, print the summary, write the reports.
 
     Exit status 0 when no check found a violation, 1 otherwise. With ``--jobs``,
     ``--shard``, ``--results``, ``--ray`` the ops run as a campaign
-    (:mod:`aliasing.verification.campaign`); ``--merge RESULTS...`` prints and writes the report
+    (:mod:`tools.campaign`); ``--merge RESULTS...`` prints and writes the report
     of a campaign's results files instead of running.
 
     Examples
@@ -60,11 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--layouts" in argv:
-        from aliasing.verification.layout_audit import main as layout_main
+        from tools.layout_audit import main as layout_main
 
         return layout_main([a for a in argv if a != "--layouts"])
     if "--storage" in argv:
-        from aliasing.verification.storage_audit import main as storage_main
+        from tools.storage_audit import main as storage_main
 
         return storage_main([a for a in argv if a != "--storage"])
     args = parser.parse_args(argv)
@@ -78,9 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    """The options of ``python -m aliasing.verification.audit`` (the campaign's among them)."""
+    """The options of ``python -m tools.audit`` (the campaign's among them)."""
     parser = argparse.ArgumentParser(
-        prog="python -m aliasing.verification.audit",
+        prog="python -m tools.audit",
         description="Run PyTorch's OpInfo samples for real and check the alias analysis against them.",
     )
     parser.add_argument("--ops", nargs="+", metavar="NAME", help="OpInfo names or keys (default: all of op_db)")
@@ -102,13 +102,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--layouts",
         action="store_true",
-        help="run the layout audit instead (aliasing.verification.layout_audit: meta and fake result layouts against eager; "
+        help="run the layout audit instead (tools.layout_audit: meta and fake result layouts against eager; "
         "its options: --layouts --help)",
     )
     parser.add_argument(
         "--storage",
         action="store_true",
-        help="run the storage-sharing audit instead (aliasing.verification.storage_audit: do `pure` overloads' results "
+        help="run the storage-sharing audit instead (tools.storage_audit: do `pure` overloads' results "
         "share an argument's storage? its options: --storage --help)",
     )
     campaign.add_campaign_arguments(parser)

@@ -1,6 +1,6 @@
 """The effects audit's results: one :class:`SampleResult` per check, the :class:`AuditReport`, its Markdown.
 
-A campaign's outcomes (one per op, :mod:`aliasing.verification.campaign`) fold
+A campaign's outcomes (one per op, :mod:`tools.campaign`) fold
 into an :class:`AuditReport` (:func:`_fold`, in audit order whatever order the
 ops finished in); :meth:`AuditReport.to_json` is the JSON report and
 :func:`render_markdown` its Markdown summary (``benchmarks/results/audit.md``).
@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from aliasing.verification.audit.ops import TRACERS, VARIANTS, _work_items
-from aliasing.verification.campaign import Outcome
+from tools.audit.ops import TRACERS, VARIANTS, _work_items
+from tools.campaign import Outcome
 
 _EXAMPLE_LIMIT = 300
 _DETAILS_LIMIT = 5  # violations described in full per op (all are counted)
@@ -188,7 +188,7 @@ class AuditReport:
 
         Examples
         --------
-        >>> from aliasing.verification.audit import audit
+        >>> from tools.audit import audit
         >>> report = audit(["abs"], max_samples=1, export_samples=0)
         >>> s = report.summary()
         >>> s["violations"], s["ops_audited"], s["samples"] == s["passes"] + s["skipped"]
@@ -275,7 +275,7 @@ def render_markdown(data: dict[str, Any], top: int = 40) -> str:
 
     Examples
     --------
-    >>> from aliasing.verification.audit import audit
+    >>> from tools.audit import audit
     >>> text = render_markdown(audit(["t"], max_samples=1, export_samples=0).to_json())
     >>> text.splitlines()[0], "| **violations** | **0** |" in text
     ('# Effects audit', True)
@@ -297,7 +297,7 @@ def _figure_lines(data: dict[str, Any]) -> list[str]:
     lines = [
         "# Effects audit",
         "",
-        f"`python -m aliasing.verification.audit` on torch {data['torch_version']}, CPU, one thread: every OpInfo of "
+        f"`python -m tools.audit` on torch {data['torch_version']}, CPU, one thread: every OpInfo of "
         "`op_db` (plus the extra norm-module cases, `extra.*`) in its function, in-place and `out=` variants "
         "(`out=` of the right size, of size 0 and of a wrong shape), traced with "
         "`make_fx(tracing_mode=\"fake\")` and, for the first "

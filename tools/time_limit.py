@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from aliasing.errors import SampleTimeout
+from tools.errors import SampleTimeout
 
 __all__ = ["SampleTimeout", "time_limit"]
 

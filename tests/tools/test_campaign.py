@@ -1,4 +1,4 @@
-"""Campaigns (aliasing.verification.campaign): shards, worker processes, resume, merge, failures, Ray.
+"""Campaigns (tools.campaign): shards, worker processes, resume, merge, failures, Ray.
 
 The audit and the soak give the same totals in one process, in worker processes,
 in shards merged back, after a kill and a resume, and on a Ray cluster started here.
@@ -20,12 +20,11 @@ from typing import Any
 import pytest
 
 from aliasing.errors import AliasingError
-from aliasing.verification import audit as audit_module
-from aliasing.verification import campaign
-from aliasing.verification.campaign import CampaignError, CampaignOptions, WorkItem, merge_results, run_campaign, shard
-from rewrite.testing import soak
+from tools import audit as audit_module
+from tools import campaign, soak
+from tools.campaign import CampaignError, CampaignOptions, WorkItem, merge_results, run_campaign, shard
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 AUDIT_SLICE = ["--ops", "add", "mul", "--max-samples", "2", "--no-export", "--quiet"]
 SOAK_SLICE = ["--seeds", "0..3", "--examples", "3", "--max-ops", "5"]
 
@@ -47,11 +46,11 @@ def test_shards_are_a_disjoint_cover() -> None:
 @pytest.mark.integration  # worker processes
 def test_shards_are_the_same_in_another_process() -> None:
     code = (
-        "from aliasing.verification.campaign import WorkItem, shard; "
+        "from tools.campaign import WorkItem, shard; "
         "print([i.key for i in shard([WorkItem(f'k{i}', i) for i in range(30)], 2, 3)])"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True, cwd=ROOT)
     here = [i.key for i in shard([WorkItem(f"k{i}", i) for i in range(30)], 2, 3)]
     assert out.stdout.strip() == str(here)
 
@@ -139,6 +138,26 @@ def test_merge_refuses_missing_and_foreign_items(tmp_path: Path) -> None:
         merge_results([tmp_path / "1.jsonl"], tool="test-other", items=lambda s: items)
 
 
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("rewrite.testing.soak", "tools.soak"), ("aliasing.verification.audit", "tools.audit"),
+     ("aliasing.verification.storage_audit", "tools.storage_audit")],
+)
+def test_results_files_naming_a_tools_old_module_resume_and_merge(tmp_path: Path, old: str, new: str) -> None:
+    """A results file written before the tools moved out of the library names the tool's old module."""
+    items = [WorkItem(n, n) for n in "ab"]
+    results = tmp_path / "old.jsonl"
+    run_campaign(misbehave, items[:1], settings={}, tool=new, options=CampaignOptions(results=results))
+    header, *rest = results.read_text().splitlines()
+    results.write_text("\n".join([json.dumps({**json.loads(header), "tool": old}), *rest]) + "\n")
+    again = run_campaign(misbehave, items, settings={}, tool=new, options=CampaignOptions(results=results))
+    assert again.resumed == 1 and set(again.outcomes) == {"a", "b"}
+    _, outcomes = merge_results([results], tool=new, items=lambda s: items)
+    assert {k: o.value for k, o in outcomes.items()} == {"a": "A", "b": "B"}
+    with pytest.raises(CampaignError, match=f"is a {new} campaign, not test"):
+        merge_results([results], tool="test", items=lambda s: items)
+
+
 # ---------------------------------------------------------------------------- the audit
 
 
@@ -195,7 +214,7 @@ def soak_reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The figures of the soak slice in one worker process."""
     out = tmp_path_factory.mktemp("soak") / "one.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "rewrite.testing.soak", *SOAK_SLICE, "--jobs", "1", "--results", str(out)],
+        [sys.executable, "-m", "tools.soak", *SOAK_SLICE, "--jobs", "1", "--results", str(out)],
         capture_output=True, text=True, timeout=300, cwd=ROOT, check=True,
     )
     figures: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -219,7 +238,7 @@ def test_soak_in_two_workers_and_in_shards_equals_one_worker(
 def test_a_killed_soak_resumes_to_the_same_totals(soak_reference: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     results = tmp_path / "killed.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rewrite.testing.soak", *SOAK_SLICE, "--results", str(results)],
+        [sys.executable, "-m", "tools.soak", *SOAK_SLICE, "--results", str(results)],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:

@@ -32,13 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import seed as hypothesis_seed
 
 from rewrite.errors import NotEquivalent
 from rewrite.planning.planner import is_clone_candidate
 from rewrite.testing.equivalence import OracleError, check_equivalent, copy_program
-from rewrite.testing.programs import Program, programs
+from rewrite.testing.programs import Program, sample_programs
 
 __all__ = [
     "Miss",
@@ -125,6 +123,7 @@ def greedy_removable(program: Program, *, draws: int = 3) -> tuple[str, ...]:
     Examples
     --------
     >>> from hypothesis import find
+    >>> from rewrite.testing import programs
     >>> p = find(programs(max_ops=3), lambda p: "clone" in p.graph_module.code)
     >>> set(greedy_removable(p)) <= {n.name for n in p.graph_module.graph.nodes}
     True
@@ -393,33 +392,3 @@ def measure_precision(
             missed = tuple(c for c in greedy if c in left)
             report.short.append(Miss(program, missed, len(gone), len(greedy)))
     return report
-
-
-def sample_programs(count: int, *, seed: int = 0, **strategy: Any) -> list[Program]:
-    """``count`` programs drawn from :func:`rewrite.testing.programs` (``strategy`` are its arguments).
-
-    Examples
-    --------
-    >>> len(sample_programs(2, seed=3, max_ops=3))
-    2
-    """
-    drawn: list[Program] = []
-    for round_ in range(1 + count // 10):  # Hypothesis may draw fewer examples than asked for
-        if len(drawn) >= count:
-            break
-
-        @hypothesis_seed(seed * 1000 + round_)
-        @settings(
-            max_examples=count - len(drawn),
-            deadline=None,
-            database=None,
-            phases=[Phase.generate],
-            suppress_health_check=list(HealthCheck),
-        )
-        @given(programs(**strategy))
-        def collect(program: Program) -> None:
-            if len(drawn) < count:
-                drawn.append(program)
-
-        collect()
-    return drawn

@@ -15,7 +15,7 @@ its indices and values; a storage argument, as ``set.source_Storage`` takes,
 counts as one). The calls come from:
 
 - ``opinfo``: every OpInfo of ``torch.testing._internal.common_methods_invocations.op_db``
-  (and the effects audit's extra cases, :mod:`aliasing.verification.audit.ops`):
+  (and the effects audit's extra cases, :mod:`tools.audit.ops`):
   its ``sample_inputs`` and, where it defines more, ``reference_inputs``, in
   up to one dtype of each group of :data:`DTYPE_GROUPS` it supports on CPU
   (floating, complex, integer, bool: ``conj_physical`` returns its argument
@@ -48,9 +48,9 @@ evidence: the analysis trusts a ``pure`` overload to return fresh memory only
 where the audit of that torch release confirmed it.
 
 Each OpInfo, hand case and batch of schema calls is one work item of a
-campaign (:mod:`aliasing.verification.campaign`): ``--jobs N`` worker
+campaign (:mod:`tools.campaign`): ``--jobs N`` worker
 processes, ``--shard``, ``--results`` (resumable), ``--merge``. Run it with
-``python -m aliasing.verification.audit --storage --jobs 2 --write`` on each
+``python -m tools.audit --storage --jobs 2 --write`` on each
 supported release: it writes the data file the analysis reads,
 ``aliasing/core/registry_data/storage-<release>.tsv`` (:func:`table_path`, one
 row per ``pure`` overload, named as the registry names it (``aten::mm`` for a
@@ -77,10 +77,10 @@ import torch
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from aliasing.errors import AuditError, CampaignError, SampleTimeout
-from aliasing.verification import campaign
-from aliasing.verification.campaign import CampaignOptions, Outcome, WorkItem
-from aliasing.verification.time_limit import time_limit
+from tools import campaign
+from tools.campaign import CampaignOptions, Outcome, WorkItem
+from tools.errors import AuditError, CampaignError, SampleTimeout
+from tools.time_limit import time_limit
 
 __all__ = [
     "DTYPE_GROUPS",
@@ -120,8 +120,8 @@ DTYPE_GROUPS: tuple[tuple[torch.dtype, ...], ...] = (
 #: size 1; ``one_element``: every tensor narrowed to its first element, ranks kept).
 EDGES: tuple[str, ...] = ("noncontiguous", "zero", "leading_one", "one_element")
 
-#: The campaign tool (results files name it; ``python -m aliasing.verification.campaign merge`` hands them here).
-TOOL = "aliasing.verification.storage_audit"
+#: The campaign tool (results files name it; ``python -m tools.campaign merge`` hands them here).
+TOOL = "tools.storage_audit"
 _OP_DB_MODULE = "torch.testing._internal.common_methods_invocations"
 _HAND_PREFIX = "hand."
 _SCHEMA_PREFIX = "schema."
@@ -515,7 +515,7 @@ def _samples(info: Any, dtype: torch.dtype, max_samples: int | None) -> list[tup
 
 
 def _audit_opinfo(tally: _Tally, key: str, settings: dict[str, Any]) -> dict[str, Any]:
-    from aliasing.verification.audit.ops import _op_by_key
+    from tools.audit.ops import _op_by_key
 
     info = _op_by_key(key).info
     try:
@@ -897,7 +897,7 @@ def _schema_one(name: str, timeout: float | None) -> dict[str, Any]:
 
 
 def _audit_schema(tally: _Tally, key: str, settings: dict[str, Any]) -> dict[str, Any]:
-    from aliasing.verification.layout_audit import _isolated
+    from tools.layout_audit import _isolated
 
     index = int(key[len(_SCHEMA_PREFIX):])
     names = [n for n in _schema_batch(settings, index) if n not in _SCHEMA_SKIP]
@@ -941,7 +941,7 @@ def _settings(
 
 def _work_items(settings: dict[str, Any]) -> list[WorkItem]:
     """OpInfo keys, ``hand.<overload>`` and ``schema.<batch>`` items (``ops`` selects OpInfos and hand cases by name)."""
-    from aliasing.verification.audit.ops import _select
+    from tools.audit.ops import _select
 
     ops = None if settings["ops"] == "all" else settings["ops"]
     keys: list[str] = []
@@ -1150,7 +1150,7 @@ def audit_storage(
     settings = _settings(ops, sources, max_samples, export_samples, sample_timeout, op_seconds)
     if ops is not None:
         known = set(hand_cases()) | {k[len(_HAND_PREFIX):] for k in hand_cases()}
-        from aliasing.verification.audit.ops import _select
+        from tools.audit.ops import _select
 
         for name in ops:
             if name.startswith("aten::"):
@@ -1189,16 +1189,16 @@ def audit_storage(
 
 
 #: Where the reports of each release are committed (``storage_audit-2.13.{json,md}``).
-RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 #: The command that writes a release's data file and reports (run it on that release).
-REGENERATE = "python -m aliasing.verification.audit --storage --jobs 2 --write"
+REGENERATE = "python -m tools.audit --storage --jobs 2 --write"
 
 
 def table_path(release: str | None = None) -> Path:
     """Where the data file of a torch release is committed: ``aliasing/core/registry_data/storage-2.13.tsv``."""
-    from aliasing.core.registry import torch_release
+    from aliasing.core.registry import storage_audit_path
 
-    return Path(__file__).resolve().parents[1] / "core" / "registry_data" / f"storage-{release or torch_release()}.tsv"
+    return storage_audit_path(release)
 
 
 def report_path(release: str | None = None, suffix: str = ".json", directory: Path | None = None) -> Path:
@@ -1223,7 +1223,7 @@ def render_table(version: str, rows: dict[str, tuple[str, int, str, str]] | dict
     >>> text.splitlines()[1:]
     ['aten::einsum\\tshares\\t1\\teinsum(...)', 'aten::mm\\tfresh\\t3\\t']
     """
-    lines = [f"# storage-sharing audit of torch {version}: overload, verdict, calls, evidence (python -m aliasing.verification.audit --storage)"]
+    lines = [f"# storage-sharing audit of torch {version}: overload, verdict, calls, evidence (python -m tools.audit --storage)"]
     lines += [f"{n}\t{r[0]}\t{r[1]}\t{_clean(str(r[2]), _EVIDENCE_LIMIT) if r[2] else ''}" for n, r in sorted(rows.items())]
     return "\n".join(lines) + "\n"
 
@@ -1260,7 +1260,7 @@ def render_markdown(data: dict[str, Any]) -> str:
     lines = [
         "# Storage-sharing audit",
         "",
-        f"`python -m aliasing.verification.audit --storage` on torch {data['torch_version']}, CPU: every ATen overload "
+        f"`python -m tools.audit --storage` on torch {data['torch_version']}, CPU: every ATen overload "
         "that the registry classifies `pure` (its schema declares no alias), run for real; a call *shares* when a "
         "tensor result is, or shares a storage with, a tensor argument. Calls from: "
         f"every OpInfo of `op_db` ({samples} sample inputs and as many reference inputs per dtype, one dtype of each "
@@ -1268,7 +1268,7 @@ def render_markdown(data: dict[str, Any]) -> str:
         "with first size one and one-element; run eagerly under a dispatch mode that checks every ATen call, and "
         f"the first {st['export_samples']} samples per dtype traced with `torch.export` and run node by node, all "
         "variants once a graph held a CompositeImplicitAutograd overload); hand-written argument sets "
-        "(`aliasing.verification.storage_audit.hand_cases`); and arguments made from each overload's schema. "
+        "(`tools.storage_audit.hand_cases`); and arguments made from each overload's schema. "
         "`fresh`: called, never shared (the only verdict under which the analysis takes the op's results as fresh "
         "memory); `shares`: some call shared; `not-run`: no call reached it. The data file is "
         f"`aliasing/core/registry_data/storage-{_release(data)}.tsv`.",
@@ -1324,7 +1324,7 @@ def _release(data: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m aliasing.verification.audit --storage``: run the audit, print the summary, write the files.
+    """``python -m tools.audit --storage``: run the audit, print the summary, write the files.
 
     Exit status 0 (``shares`` verdicts are findings, not failures: the data file records them).
     """
@@ -1368,7 +1368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m aliasing.verification.audit --storage",
+        prog="python -m tools.audit --storage",
         description="Run every `pure` ATen overload for real and record whether a result shares an argument's storage.",
         epilog=f"The committed data file and reports, on each supported torch release: {REGENERATE}",
     )

@@ -1,4 +1,4 @@
-"""The layout audit (``python -m aliasing.verification.audit --layouts``) and the planner's use of its table.
+"""The layout audit (``python -m tools.audit --layouts``) and the planner's use of its table.
 
 Meta kernels are evidence, not proof: ``aten.roll``'s meta kernel returns a
 contiguous result for every input while the CPU kernel keeps a channels-last
@@ -40,8 +40,11 @@ import rewrite.planning.dataflow
 from aliasing import AliasAnalysis
 from aliasing.core import layout_divergences
 from aliasing.core.registry import committed_path, torch_release
-from aliasing.verification.audit import main as audit_main
-from aliasing.verification.layout_audit import (
+from rewrite import Reason, eliminate_clones
+from rewrite.errors import NotEquivalent
+from rewrite.testing import check_equivalent, copy_program
+from tools.audit import main as audit_main
+from tools.layout_audit import (
     LAYOUTS,
     REGENERATE,
     LayoutAuditError,
@@ -53,11 +56,8 @@ from aliasing.verification.layout_audit import (
     render_table,
     results_path,
 )
-from rewrite import Reason, eliminate_clones
-from rewrite.errors import NotEquivalent
-from rewrite.testing import check_equivalent, copy_program
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 
 Program = torch.fx.GraphModule | torch.export.ExportedProgram
@@ -498,7 +498,7 @@ def test_planted_lying_kernel_is_caught() -> None:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the audit isolates ops in forked children only where os.fork exists")
 def test_a_child_that_never_returns_is_killed(monkeypatch: pytest.MonkeyPatch) -> None:
     """A forked child that hangs (a lock held by another thread at fork time) costs its op, never the audit."""
-    from aliasing.verification import layout_audit
+    from tools import layout_audit
 
     monkeypatch.setattr(layout_audit, "OP_TIMEOUT", 2.0)
     assert layout_audit._isolated(lambda: time.sleep(60)) == "timed out after 2 s"

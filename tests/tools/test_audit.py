@@ -1,6 +1,6 @@
-"""A time-bounded slice of the effects audit (``aliasing.verification.audit``), and the audit's own behaviour.
+"""A time-bounded slice of the effects audit (``tools.audit``), and the audit's own behaviour.
 
-The full audit (every OpInfo of ``op_db``) runs with ``python -m aliasing.verification.audit``;
+The full audit (every OpInfo of ``op_db``) runs with ``python -m tools.audit``;
 its committed results are ``benchmarks/results/audit.{json,md}``. Here a fixed
 list of ops covers functional, in-place and ``out=`` calls (right size, empty,
 wrong shape), views, multi-output ops, metadata mutation (``resize_``), batch
@@ -22,7 +22,7 @@ import torch
 
 import aliasing
 from aliasing.core.effects import Effect, schema_effect
-from aliasing.verification.audit import TRACERS, VARIANTS, AuditError, AuditReport, audit, audited_ops, main
+from tools.audit import TRACERS, VARIANTS, AuditError, AuditReport, audit, audited_ops, main
 
 SLICE = (
     # elementwise, with in-place and out= (right size, empty, wrong shape) variants
@@ -165,11 +165,11 @@ def test_command_writes_both_reports(tmp_path: Path) -> None:
 
 def test_aliasing_imports_no_rewrite() -> None:
     code = (
-        "import sys, aliasing, aliasing.verification.audit, aliasing.verification.oracle; "
+        "import sys, aliasing, tools.audit, aliasing.verification.oracle; "
         "bad = sorted(m for m in sys.modules if m == 'rewrite' or m.startswith('rewrite.')); "
         "assert not bad, bad"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
 
 
 def test_oracle_lives_in_aliasing_and_rewrite_testing_reexports_it() -> None:
@@ -178,7 +178,7 @@ def test_oracle_lives_in_aliasing_and_rewrite_testing_reexports_it() -> None:
 
     for name in ("AnalysisUnsound", "Exactness", "Observed", "check_analysis", "observe_memory"):
         assert getattr(rewrite.testing, name) is getattr(aliasing.verification.oracle, name)
-    assert not (Path(__file__).parents[3] / "rewrite" / "testing" / "oracle.py").exists()
+    assert not (Path(__file__).parents[2] / "rewrite" / "testing" / "oracle.py").exists()
 
 
 # ---------------------------------------------------------------------------- fixed violations

@@ -25,7 +25,7 @@ file as soon as it is known (and flushed); started again on the same file, a run
 skips the items already recorded (*resume*). :func:`merge_results` reads the
 files of several shards back, checks that they are of one campaign and cover its
 items, and returns the outcomes of one run: each tool then prints the same report
-from them (``--merge``, or ``python -m aliasing.verification.campaign merge FILES``, which
+from them (``--merge``, or ``python -m tools.campaign merge FILES``, which
 hands the files to the tool named in their header).
 
 An item function is a top-level function ``fn(settings, payload)`` returning
@@ -63,7 +63,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from aliasing.errors import CampaignError
+from tools.errors import CampaignError
 
 __all__ = [
     "STATUSES",
@@ -89,6 +89,13 @@ VERSION = 1
 #: Seconds a new worker may take to start and import its modules.
 WORKER_START_TIMEOUT = 600.0
 _ERROR_LIMIT = 4000
+#: The tools' modules before they moved out of the library: a results file that names one of
+#: them reads as naming its new module (so that it still resumes and merges).
+_RENAMED_TOOLS = {
+    "aliasing.verification.audit": "tools.audit",
+    "aliasing.verification.storage_audit": "tools.storage_audit",
+    "rewrite.testing.soak": "tools.soak",
+}
 
 ItemFn = Callable[[dict[str, Any], Any], Any]
 
@@ -274,6 +281,8 @@ def _read_file(path: Path) -> tuple[dict[str, Any], list[Outcome], int]:
         raise CampaignError(f"{path}: not a campaign results file")
     if header.get("version") != VERSION:
         raise CampaignError(f"{path}: results format version {header.get('version')}, this version reads {VERSION}")
+    tool = header.get("tool")
+    header["tool"] = _RENAMED_TOOLS.get(tool, tool) if isinstance(tool, str) else tool
     outcomes = []
     for number, line in enumerate(lines[1:], start=2):
         try:
@@ -534,7 +543,7 @@ def _process_context(fn: ItemFn, imports: tuple[str, ...]) -> Any:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["torch", "aliasing.verification.campaign", fn.__module__, *imports])
+    context.set_forkserver_preload(["torch", "tools.campaign", fn.__module__, *imports])
     return context
 
 
@@ -748,7 +757,7 @@ def run_campaign(
     settings
         JSON-ready settings, passed to ``fn`` and written in the results header.
     tool
-        The tool's module (``"aliasing.verification.audit"``): named in the header, for the merge.
+        The tool's module (``"tools.audit"``): named in the header, for the merge.
     options
         Jobs, shard, results file, Ray address, time limit, imports, time budget.
     progress
@@ -871,7 +880,7 @@ def _square(settings: dict[str, Any], payload: Any) -> Any:
 def add_campaign_arguments(parser: argparse.ArgumentParser) -> None:
     """The options every campaign tool takes: ``--jobs``, ``--shard``, ``--results``, ``--ray``,
     ``--item-timeout``, ``--import`` and ``--merge`` (read with :func:`options_from_args`)."""
-    group = parser.add_argument_group("campaign (aliasing.verification.campaign)")
+    group = parser.add_argument_group("campaign (tools.campaign)")
     group.add_argument("--jobs", type=int, default=None, metavar="N", help="run the items in N worker processes (default: in this process)")
     group.add_argument("--shard", type=parse_shard, default=None, metavar="K/N", help="run only the K-th of N disjoint parts of the items")
     group.add_argument("--results", type=Path, default=None, metavar="PATH", help="append each item's outcome to this JSON Lines file; resume from it")
@@ -897,23 +906,23 @@ def options_from_args(args: argparse.Namespace, *, time_budget: float | None = N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m aliasing.verification.campaign merge RESULTS... [-- TOOL OPTIONS]``: the report of a campaign's
+    """``python -m tools.campaign merge RESULTS... [-- TOOL OPTIONS]``: the report of a campaign's
     results files, printed by the tool their header names (``python -m TOOL --merge RESULTS...``);
-    ``python -m aliasing.verification.campaign status RESULTS...``: items recorded per file and status.
+    ``python -m tools.campaign status RESULTS...``: items recorded per file and status.
 
     Examples
     --------
     >>> main(["status", "/nonexistent.jsonl"])
     Traceback (most recent call last):
     ...
-    aliasing.errors.CampaignError: /nonexistent.jsonl: no such results file
+    tools.errors.CampaignError: /nonexistent.jsonl: no such results file
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     rest: list[str] = []
     if "--" in argv:
         at = argv.index("--")
         argv, rest = argv[:at], argv[at + 1 :]
-    parser = argparse.ArgumentParser(prog="python -m aliasing.verification.campaign", description="Merge or inspect campaign results files.")
+    parser = argparse.ArgumentParser(prog="python -m tools.campaign", description="Merge or inspect campaign results files.")
     parser.add_argument("command", choices=("merge", "status"))
     parser.add_argument("results", nargs="+", type=Path)
     args = parser.parse_args(argv)

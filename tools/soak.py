@@ -1,4 +1,4 @@
-"""Long fuzzing campaigns: ``python -m rewrite.testing.soak --minutes N [--seed S] [--out DIR]``,
+"""Long fuzzing campaigns: ``python -m tools.soak --minutes N [--seed S] [--out DIR]``,
 or over fixed rounds: ``--rounds R`` (seeds ``S .. S + R - 1``) or ``--seeds A..B``.
 
 Draws random programs (:func:`rewrite.testing.programs`) until the time is up
@@ -20,7 +20,7 @@ check. A round is a batch of examples under one seed; rounds repeat with new
 seeds until the time is up (a round that starts before the deadline runs to
 its end). A round is deterministic (its seed and settings draw the same programs
 in any process), so a campaign over fixed rounds is a list of work items for
-:mod:`aliasing.verification.campaign`: ``--jobs N`` runs them in N worker processes,
+:mod:`tools.campaign`: ``--jobs N`` runs them in N worker processes,
 ``--shard K/N`` runs one of N disjoint parts, ``--results PATH`` records each
 round as it ends (and resumes from it), ``--ray ADDRESS`` runs them on a Ray
 cluster, and ``--merge RESULTS...`` prints the figures of shards' results files;
@@ -35,7 +35,7 @@ times.
 
 Examples
 --------
->>> from rewrite.testing.soak import main
+>>> from tools.soak import main
 >>> main(["--minutes", "0.05", "--seed", "1", "--out", "/tmp/fxa-soak-doctest"])  # doctest: +SKIP
 """
 
@@ -59,13 +59,13 @@ from hypothesis import seed as hypothesis_seed
 
 import aliasing
 import rewrite
-from aliasing.verification import campaign
-from aliasing.verification.campaign import CampaignError, CampaignOptions, Outcome, WorkItem
 from aliasing.verification.oracle import check_analysis
-from rewrite.errors import SoakError, SoakFailure
 from rewrite.testing.equivalence import OracleError, check_equivalent, copy_program
 from rewrite.testing.programs import Program, programs
 from rewrite.testing.programs.program import TRACING_MODES
+from tools import campaign
+from tools.campaign import CampaignError, CampaignOptions, Outcome, WorkItem
+from tools.errors import SoakError, SoakFailure
 
 __all__ = ["CHECKS", "TOOL", "Figures", "SoakError", "SoakFailure", "check_program", "main", "run_campaign"]
 
@@ -210,8 +210,8 @@ def _write_repro(out: str, check: str, source: str, index: int) -> str:
     return path
 
 
-#: The campaign tool name of the soak (results files name it; ``python -m aliasing.verification.campaign merge``).
-TOOL = "rewrite.testing.soak"
+#: The campaign tool name of the soak (results files name it; ``python -m tools.campaign merge``).
+TOOL = "tools.soak"
 
 
 def _round(config: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -418,8 +418,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    """The command line's options: the soak's own, then the campaign's (:mod:`aliasing.verification.campaign`)."""
-    parser = argparse.ArgumentParser(prog="python -m rewrite.testing.soak", description=__doc__.split("\n\n")[0])
+    """The command line's options: the soak's own, then the campaign's (:mod:`tools.campaign`)."""
+    parser = argparse.ArgumentParser(prog="python -m tools.soak", description=__doc__.split("\n\n")[0])
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--minutes", type=float, default=None, help="how long to run")
     length.add_argument("--rounds", type=int, default=None, metavar="R", help="run R rounds, seeds --seed .. --seed + R - 1")
@@ -445,7 +445,7 @@ def _parser() -> argparse.ArgumentParser:
         "--precision",
         action="store_true",
         help="measure eliminate_clones against the greedy dynamic oracle instead "
-        "(rewrite.testing.precision): print removed / greedy-removable, with and without "
+        "(tools.precision): print removed / greedy-removable, with and without "
         "dead-clone erasure (C10)",
     )
     parser.add_argument(
@@ -488,7 +488,7 @@ def _precision_campaign(minutes: float, seed: int, max_ops: int, min_programs: i
     """Batches of 100 programs until the time is up (and ``min_programs`` are measured); prints the
     running ratio, then the report, for ``eliminate_clones`` with and without dead-clone erasure (C10)
     on the same programs."""
-    from rewrite.testing.precision import PrecisionReport, measure_precision, sample_programs
+    from tools.precision import PrecisionReport, measure_precision, sample_programs
 
     deadline = time.monotonic() + minutes * 60
     totals = {"erase": PrecisionReport(), "no-erase": PrecisionReport()}
