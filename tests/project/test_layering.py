@@ -10,8 +10,8 @@
 - the library (``aliasing``, ``rewrite``: what the wheel ships) never imports the
   maintainer tools (``tools``, outside the wheel), not even under ``if TYPE_CHECKING:``
   nor by name through ``importlib.import_module``;
-- only the adapters import ``torch._inductor`` (``rewrite/inductor.py``) or ``vllm``
-  (``rewrite/vllm.py``);
+- only the adapters import ``torch._inductor`` (``rewrite/inductor.py``), ``vllm``
+  (``rewrite/vllm.py``) or ``sglang`` (``rewrite/sglang.py``);
 - no module writes ``node.meta``;
 - Hypothesis is a test dependency only: the library, its command line and the
   equivalence oracle import and run without it (checked in a subprocess where
@@ -194,7 +194,10 @@ def test_aliasing_modules_import_only_layers_above() -> None:
     assert bad == [], f"imports against the layering (module -> module of its own or a lower layer): {bad}"
 
 
-@pytest.mark.parametrize(("prefix", "allowed"), [("torch._inductor", {"rewrite.inductor"}), ("vllm", {"rewrite.vllm"})])
+@pytest.mark.parametrize(
+    ("prefix", "allowed"),
+    [("torch._inductor", {"rewrite.inductor"}), ("vllm", {"rewrite.vllm"}), ("sglang", {"rewrite.sglang"})],
+)
 def test_confined_dependencies(prefix: str, allowed: set[str]) -> None:
     users = {
         module

@@ -128,7 +128,7 @@ def test_storage_graphs_notebook_runs(tmp_path: Path) -> None:
     assert "equivalent: yes" in text
     # the exported model: buffers, its decisions, the donated input, the saved and rewritten program
     assert "b_k_cache: BUFFER target='k_cache'" in text
-    assert "clone_2  x         keep    C5 clone-written-original-is-caller-memory" in text
+    assert "clone_2  clone  x         keep    C5 clone-written-original-is-caller-memory" in text
     assert "2 removed, 1 kept" in text  # donated x: h is returned, and x may come at any offset (C1)
     assert "rewritten program equivalent: yes" in text
     assert "34 nodes drawn as 34 boxes" in text
