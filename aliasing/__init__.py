@@ -5,6 +5,7 @@ Public surface:
 - :func:`analyze` builds an immutable :class:`AliasAnalysis` from a
   ``GraphModule``, ``Graph`` or ``ExportedProgram``;
 - :class:`Role`, :class:`Access`, :class:`Region` describe its answers;
+  :class:`WhyAlias` is the evidence behind one (:meth:`AliasAnalysis.why`);
 - :class:`EffectTable` / :data:`DEFAULT_EFFECTS` hold the memory-effect rules
   (:func:`with_control_flow` re-ties an extended table to the control-flow rules);
 - :func:`build_storage_graph` and :func:`to_dot` give an analysis as a
@@ -53,6 +54,7 @@ from aliasing.core.analysis import (
     MissingMetadataWarning,
     NoAtenOpsWarning,
     StorageInfo,
+    WhyAlias,
     analyze,
     warnings_once,
     with_control_flow,
@@ -84,6 +86,7 @@ __all__ = [
     "Timeline",
     "UnknownNodeError",
     "UntrustedMetadataWarning",
+    "WhyAlias",
     "analyze",
     "build_storage_graph",
     "graphviz_available",

@@ -1,4 +1,16 @@
-"""A vLLM-style decoder compiled on CUDA: stock Inductor, vLLM's clone elimination, and fx-aliasing's.
+"""Serving-engine programs compiled on CUDA: stock Inductor, vLLM's clone elimination, and fx-aliasing's.
+
+Two cases (``--cases``, both by default):
+
+- ``decoder``: a vLLM-style decoder (:class:`Decoder`) whose in-place rotary
+  kernel mutates q and k, two views of one qkv projection output;
+- ``kv_pool``: the K/V pool of vllm-omni (:class:`KVPool`): one allocation
+  holding the K and V caches, whose two halves are the two mutated arguments
+  of one cache-write kernel (``fxa_gpu::reshape_and_cache``), written by every
+  layer; in three layouts (``--pool-layouts``): ``stacked``
+  (``pool[0], pool[1]``, shape ``(2, slots, hidden)``), ``interleaved``
+  (``pool[:, 0], pool[:, 1]``, shape ``(slots, 2, hidden)``) and ``per_layer``
+  (``pool[i][0], pool[i][1]``, shape ``(layers, 2, slots, hidden)``).
 
 The decoder (:class:`Decoder`) has, per layer, what vLLM's models compile:
 
@@ -13,10 +25,22 @@ The decoder (:class:`Decoder`) has, per layer, what vLLM's models compile:
   input, attention reading them back from the cache;
 - a SiLU-gated MLP.
 
-The custom ops are plain torch code, so they run on any device. The decoder is
-compiled three ways (backend inductor, Inductor's caches off, and, as vLLM
-compiles, ``enable_auto_functionalized_v2=False``; ``--auto-functionalized v2``
-for Inductor's default):
+The K/V pool (:class:`KVPool`) has, per layer, q, k and v projections of the
+hidden states, k and v written at the layer's slot positions
+(``slot_mapping[i]``) into the pool's two halves by
+``fxa_gpu::reshape_and_cache(key, value, k_cache, v_cache, slot_mapping)``
+(``mutates_args=("k_cache", "v_cache")``, the contract of vLLM's
+``reshape_and_cache_flash`` on a flat cache), attention reading them back from
+the pool inside ``fxa_gpu::attention`` (as vLLM's attention op reads its
+cache), and a residual add. In the ``stacked`` and ``interleaved`` layouts
+every layer writes the same pool (disjoint slots); in ``per_layer`` layer ``i``
+writes ``pool[i]``. ``--pool-slots`` is each half's number of slots: the
+default, 524,288 slots of ``--hidden 1024`` in bfloat16, is 1 GiB per half.
+
+The custom ops are plain torch code, so they run on any device. Each program is
+compiled three ways (backend inductor, Inductor's caches off) under each of
+``--auto-functionalized v1,v2`` (v1, ``enable_auto_functionalized_v2=False``,
+is how vLLM compiles; v2 is Inductor's default):
 
 - **stock**: no custom pass;
 - **vllm**: vLLM's pipeline, as ``post_grad_custom_post_pass``: functional
@@ -33,28 +57,31 @@ put in the C++ form it reads, :func:`triton_as_cpp`), the **time** of one
 forward call (CUDA events around each call after ``--warmup`` calls, median
 of ``--runs``; on ``--device cpu``, ``time.perf_counter``), the **peak memory**
 of one call (``torch.cuda.max_memory_allocated`` after a reset; not measured
-on CPU) and the result against eager's (outputs and the KV cache afterwards):
-max abs difference and whether it is bitwise equal.
+on CPU) and the result against eager's (outputs and the mutated cache
+afterwards): max abs difference, whether it is bitwise equal, and which of
+them differ.
 
 Usage::
 
     python -m benchmarks.gpu                    # CUDA; without a CUDA device: skipped, JSON says why
-    python -m benchmarks.gpu --device cpu --layers 2 --tokens 16 --hidden 64 --runs 20   # the same code on CPU
+    python -m benchmarks.gpu --device cpu --layers 2 --tokens 16 --hidden 64 --pool-slots 64 --runs 20   # on CPU
+    python -m benchmarks.gpu --cases kv_pool --pool-layouts per_layer --auto-functionalized v1
 
-Prints a table and writes ``benchmarks/results/gpu.json``.
+Prints a table per case, layout and functionalization, and writes ``benchmarks/results/gpu.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import re
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,20 +96,27 @@ from benchmarks.vllm_comparison import fused_add_rms_norm
 from rewrite.inductor import compile_options, library_source_hash
 
 __all__ = [
+    "CASES",
     "CONFIGS",
+    "POOL_LAYOUTS",
     "Decoder",
+    "KVPool",
     "Result",
     "VllmPipelinePass",
+    "attention",
     "bytes_copied",
     "format_table",
     "main",
     "measure",
+    "reshape_and_cache",
     "time_calls",
     "triton_as_cpp",
 ]
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gpu.json"
 CONFIGS: tuple[str, ...] = ("stock", "vllm", "ours")
+CASES: tuple[str, ...] = ("decoder", "kv_pool")
+POOL_LAYOUTS: tuple[str, ...] = ("stacked", "interleaved", "per_layer")
 EPS = 1e-6
 
 
@@ -103,6 +137,10 @@ class Decoder(nn.Module):
     >>> [tuple(t.shape) for t in m(x, residual, cos, sin, cache)], bool(cache.abs().sum() > 0)
     ([(4, 16), (4, 16)], True)
     """
+
+    case = "decoder"
+    variant: str | None = None
+    mutated = "kv_cache"
 
     def __init__(
         self,
@@ -170,6 +208,123 @@ class Decoder(nn.Module):
             gate, up = (x @ self.gate_up[i]).chunk(2, dim=-1)
             x = (torch.nn.functional.silu(gate) * up) @ self.down[i]
         return x, residual
+
+
+# --------------------------------------------------------------------------- the K/V pool
+
+
+@torch.library.custom_op("fxa_gpu::reshape_and_cache", mutates_args=("k_cache", "v_cache"))
+def reshape_and_cache(key: Tensor, value: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor) -> None:
+    """Write ``key`` and ``value`` (``(tokens, hidden)``) into rows ``slot_mapping`` of the caches, in place."""
+    k_cache.index_copy_(0, slot_mapping, key)
+    v_cache.index_copy_(0, slot_mapping, value)
+
+
+@reshape_and_cache.register_fake
+def _reshape_and_cache_fake(key: Tensor, value: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor) -> None:
+    return None
+
+
+@torch.library.custom_op("fxa_gpu::attention", mutates_args=())
+def attention(query: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor, heads: int) -> Tensor:
+    """Causal attention of ``query`` (``(tokens, hidden)``) over the keys and values at ``slot_mapping`` of the caches."""
+    t, h = query.shape
+    keys, values = k_cache[slot_mapping], v_cache[slot_mapping]
+    q, k, v = (a.reshape(t, heads, h // heads).transpose(0, 1) for a in (query, keys, values))
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return out.transpose(0, 1).reshape(t, h)
+
+
+@attention.register_fake
+def _attention_fake(query: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor, heads: int) -> Tensor:
+    return torch.empty_like(query)
+
+
+class KVPool(nn.Module):
+    """Layers writing their k and v into the two halves of one K/V pool (see the module docstring).
+
+    ``forward(x, slot_mapping, pool)`` returns the last layer's hidden states
+    and writes every layer's k and v into ``pool``; ``slot_mapping`` is
+    ``(layers, tokens)``, disjoint slots of each half. ``layout`` is one of
+    :data:`POOL_LAYOUTS`: the pool is ``(2, slots, hidden)`` (``stacked``),
+    ``(slots, 2, hidden)`` (``interleaved``) or ``(layers, 2, slots, hidden)``
+    (``per_layer``).
+
+    Examples
+    --------
+    >>> m = KVPool(layers=2, hidden=16, heads=2, tokens=4, slots=8, layout="interleaved")
+    >>> x, slot_mapping, pool = m.inputs(seed=0)
+    >>> tuple(pool.shape), tuple(m(x, slot_mapping, pool)[0].shape), int((pool != 0).any(-1).sum())
+    ((8, 2, 16), (4, 16), 16)
+    """
+
+    case = "kv_pool"
+    mutated = "pool"
+
+    def __init__(
+        self,
+        *,
+        layers: int = 4,
+        hidden: int = 1024,
+        heads: int = 16,
+        tokens: int = 256,
+        slots: int = 524_288,
+        layout: str = "stacked",
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        super().__init__()
+        if layout not in POOL_LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(POOL_LAYOUTS)}")
+        if hidden % heads:
+            raise ValueError("hidden must be a multiple of heads")
+        if slots < (tokens if layout == "per_layer" else layers * tokens):
+            raise ValueError("the pool has fewer slots than the layers write")
+        self.layers, self.hidden, self.heads, self.tokens, self.slots = layers, hidden, heads, tokens, slots
+        self.variant: str | None = layout
+        self.layout, self.dtype, self.device = layout, dtype, torch.device(device)
+        gen = torch.Generator().manual_seed(4321)
+
+        def weight() -> nn.Parameter:
+            w = torch.randn(hidden, hidden, generator=gen) * hidden**-0.5
+            return nn.Parameter(w.to(device=self.device, dtype=dtype), requires_grad=False)
+
+        self.wq = nn.ParameterList(weight() for _ in range(layers))
+        self.wk = nn.ParameterList(weight() for _ in range(layers))
+        self.wv = nn.ParameterList(weight() for _ in range(layers))
+        self.wo = nn.ParameterList(weight() for _ in range(layers))
+
+    def pool_shape(self) -> tuple[int, ...]:
+        """The pool's shape in this layout."""
+        s, h = self.slots, self.hidden
+        return {"stacked": (2, s, h), "interleaved": (s, 2, h), "per_layer": (self.layers, 2, s, h)}[self.layout]
+
+    def inputs(self, seed: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+        """Fresh inputs ``(x, slot_mapping, pool)``, the same values for the same seed (the pool zeroed)."""
+        gen = torch.Generator().manual_seed(seed)
+        x = torch.randn(self.tokens, self.hidden, generator=gen).to(device=self.device, dtype=self.dtype)
+        per_pool = 1 if self.layout == "per_layer" else self.layers
+        slots = torch.randperm(self.slots, generator=gen)[: per_pool * self.tokens].view(per_pool, self.tokens)
+        slot_mapping = slots.expand(self.layers, -1) if per_pool == 1 else slots
+        pool = torch.zeros(self.pool_shape(), device=self.device, dtype=self.dtype)
+        return x, slot_mapping.contiguous().to(self.device), pool
+
+    def halves(self, pool: Tensor, layer: int) -> tuple[Tensor, Tensor]:
+        """Layer ``layer``'s K and V caches: two views of ``pool``."""
+        if self.layout == "stacked":
+            return pool[0], pool[1]
+        if self.layout == "interleaved":
+            return pool[:, 0], pool[:, 1]
+        return pool[layer][0], pool[layer][1]
+
+    def forward(self, x: Tensor, slot_mapping: Tensor, pool: Tensor) -> tuple[Tensor]:
+        """Every layer; see the class docstring."""
+        for i in range(self.layers):
+            k_cache, v_cache = self.halves(pool, i)
+            q, k, v = x @ self.wq[i], x @ self.wk[i], x @ self.wv[i]
+            reshape_and_cache(k, v, k_cache, v_cache, slot_mapping[i])
+            x = x + attention(q, k_cache, v_cache, slot_mapping[i], self.heads) @ self.wo[i]
+        return (x,)
 
 
 # --------------------------------------------------------------------------- vLLM's pass
@@ -407,18 +562,28 @@ def _peak_bytes(fn: Callable[[], object], device: torch.device) -> tuple[int, in
 
 
 def _compare(got: Sequence[Tensor], want: Sequence[Tensor]) -> tuple[float, bool]:
-    """Max abs difference and bitwise equality of two lists of tensors."""
-    diff = max(((g.float() - w.float()).abs().max().item() for g, w in zip(got, want)), default=0.0)
-    equal = all(g.dtype == w.dtype and g.shape == w.shape and torch.equal(g, w) for g, w in zip(got, want))
+    """Max abs difference (``inf`` where a difference is NaN) and bitwise equality of two lists of tensors."""
+    diff = max(
+        ((g.float() - w.float()).abs().nan_to_num(nan=math.inf).max().item() for g, w in zip(got, want)), default=0.0
+    )
+    equal = all(_same(g, w) for g, w in zip(got, want))
     return float(diff), equal
+
+
+def _same(got: Tensor, want: Tensor) -> bool:
+    return got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
 
 
 @dataclass
 class Result:
-    """One configuration's measurements (or why it was skipped)."""
+    """One configuration's measurements (or why it was skipped) on one case (and layout) under v1 or v2."""
 
     config: str
+    case: str = "decoder"
+    variant: str | None = None
+    auto_functionalized: str = "v1"
     skipped: str | None = None
+    error: str | None = None
     copies: dict[str, Any] = field(default_factory=dict)
     median_ms: float | None = None
     runs_ms: list[float] = field(default_factory=list)
@@ -426,20 +591,36 @@ class Result:
     peak_extra_bytes: int | None = None
     max_abs_diff: float | None = None
     bitwise_equal: bool | None = None
+    differs: list[str] = field(default_factory=list)
     compile_s: float | None = None
 
 
-def measure(model: Decoder, config: str, *, warmup: int, runs: int, v2: bool = False) -> Result:
+def measure(model: Decoder | KVPool, config: str, *, warmup: int, runs: int, v2: bool = False) -> Result:
     """Compile ``model`` in ``config``, read its generated code, time it, and compare with eager.
 
-    ``v2`` is Inductor's ``enable_auto_functionalized_v2``; vLLM compiles with it off (the default here).
+    The outputs and the mutated input (the last one: the KV cache, the pool)
+    are compared. ``v2`` is Inductor's ``enable_auto_functionalized_v2``; vLLM
+    compiles with it off (the default here). An exception while compiling or
+    running is recorded in ``error`` (a CUDA fault can leave the device
+    unusable for the rows after it).
     """
-    from torch._inductor.utils import run_and_get_code
-
+    row = Result(config, case=model.case, variant=model.variant, auto_functionalized="v2" if v2 else "v1")
     try:
         options = config_options(config)
     except ImportError as e:
-        return Result(config, skipped=f"vllm is not importable: {e}")
+        return replace(row, skipped=f"vllm is not importable: {e}")
+    try:
+        return _measure(model, row, options, warmup=warmup, runs=runs, v2=v2)
+    except Exception as e:  # a compile or a run that fails is a result (the other rows still run)
+        torch._dynamo.reset()
+        return replace(row, error=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
+
+
+def _measure(
+    model: Decoder | KVPool, row: Result, options: dict[str, Any], *, warmup: int, runs: int, v2: bool
+) -> Result:
+    from torch._inductor.utils import run_and_get_code
+
     device = model.device
     with torch.no_grad():
         want_inputs = model.inputs(seed=0)
@@ -451,13 +632,17 @@ def measure(model: Decoder, config: str, *, warmup: int, runs: int, v2: bool = F
             t0 = time.perf_counter()
             out, codes = run_and_get_code(compiled, *got_inputs)
             compile_s = time.perf_counter() - t0
-        diff, equal = _compare([*out, got_inputs[-1]], want)
+        got = [*out, got_inputs[-1]]
+        diff, equal = _compare(got, want)
+        names = [f"output {i}" for i in range(len(got) - 1)] + [model.mutated]
+        differs = [n for n, g, w in zip(names, got, want) if not _same(g, w)]
+        del want_inputs, want, got_inputs, got, out
         bench_inputs = model.inputs(seed=1)
         ms = time_calls(lambda: compiled(*bench_inputs), device, warmup=warmup, runs=runs)
         peak = _peak_bytes(lambda: compiled(*bench_inputs), device)
     torch._dynamo.reset()
-    return Result(
-        config,
+    return replace(
+        row,
         copies=bytes_copied(codes),
         median_ms=statistics.median(ms),
         runs_ms=[round(t, 5) for t in ms],
@@ -465,6 +650,7 @@ def measure(model: Decoder, config: str, *, warmup: int, runs: int, v2: bool = F
         peak_extra_bytes=peak[1] if peak else None,
         max_abs_diff=diff,
         bitwise_equal=equal,
+        differs=differs,
         compile_s=compile_s,
     )
 
@@ -478,20 +664,47 @@ def format_table(results: Sequence[Result], *, device: torch.device) -> str:
     head += ["max abs diff vs eager", "bitwise equal"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for r in results:
-        if r.skipped:
-            lines.append(f"| {r.config} | skipped: {r.skipped} |" + " |" * (len(head) - 2))
+        if r.skipped or r.error:
+            why = f"skipped: {r.skipped}" if r.skipped else f"failed: {r.error}"
+            lines.append(f"| {r.config} | {why} |" + " |" * (len(head) - 2))
             continue
         cells = [r.config, str(r.copies["copies"]), f"{r.copies['bytes']:,}", f"{r.median_ms:.3f}"]
         if device.type == "cuda":
             cells += [f"{(r.peak_bytes or 0) / 2**20:.2f}", f"{(r.peak_extra_bytes or 0) / 2**20:.2f}"]
-        cells += [f"{r.max_abs_diff:.3g}", "yes" if r.bitwise_equal else "no"]
+        cells += [f"{r.max_abs_diff:.3g}", "yes" if r.bitwise_equal else f"no ({', '.join(r.differs)})"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+def _title(model: Decoder | KVPool, version: str) -> str:
+    """The line above a case's table: the case, its layout and sizes, and the functionalization."""
+    if isinstance(model, KVPool):
+        half = model.slots * model.hidden * torch.empty((), dtype=model.dtype).element_size()
+        what = f"kv_pool, {model.layout} (pool {tuple(model.pool_shape())}, {half / 2**20:,.2f} MiB per half)"
+    else:
+        what = "decoder (rotary on q/k views of one qkv output)"
+    return f"{what}, {model.layers} layers, auto-functionalized {version}:"
+
+
+def _finite(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with a non-finite ``max_abs_diff`` as its name (``"inf"``, ``"nan"``): the JSON stays strict."""
+    diff = row.get("max_abs_diff")
+    if isinstance(diff, float) and not math.isfinite(diff):
+        row["max_abs_diff"] = str(diff)
+    return row
+
+
+def _choices(value: str, allowed: Sequence[str], flag: str) -> list[str]:
+    """The comma-separated names of ``value``, each one of ``allowed`` (else a usage error)."""
+    names = [c for c in value.split(",") if c]
+    if not names or any(c not in allowed for c in names):
+        build_parser().error(f"{flag} takes {', '.join(allowed)}")
+    return names
+
+
 def _write(path: Path, payload: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    path.write_text(json.dumps(payload, indent=2, allow_nan=False) + "\n")
     print(f"wrote {path}", file=sys.stderr)
 
 
@@ -499,16 +712,25 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line of ``python -m benchmarks.gpu``."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=(__doc__ or "").split("\n")[0])
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (the same measurements, perf_counter timing)")
+    p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--tokens", type=int, default=256)
+    p.add_argument(
+        "--pool-slots",
+        type=int,
+        default=524_288,
+        help="kv_pool: slots of each half of the pool (default: 1 GiB per half at --hidden 1024 in bfloat16)",
+    )
+    p.add_argument(
+        "--pool-layouts", default=",".join(POOL_LAYOUTS), help=f"kv_pool: comma-separated, of {', '.join(POOL_LAYOUTS)}"
+    )
     p.add_argument("--dtype", default=None, help="torch dtype name (default: bfloat16 on CUDA, float32 on CPU)")
     p.add_argument(
         "--auto-functionalized",
-        choices=["v1", "v2"],
-        default="v1",
-        help="Inductor's functionalization of mutable custom ops (default v1, as vLLM compiles)",
+        default="v1,v2",
+        help="Inductor's functionalization of mutable custom ops, comma-separated: v1 (as vLLM compiles), v2 (default: both)",
     )
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--runs", type=int, default=200)
@@ -521,23 +743,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; without a CUDA device (for ``--device cuda``) write a skipped JSON and return 0."""
     args = build_parser().parse_args(argv)
     device = torch.device(args.device)
-    configs = [c for c in args.configs.split(",") if c]
-    if any(c not in CONFIGS for c in configs):
-        build_parser().error(f"--configs takes {', '.join(CONFIGS)}")
+    configs = _choices(args.configs, CONFIGS, "--configs")
+    cases = _choices(args.cases, CASES, "--cases")
+    layouts = _choices(args.pool_layouts, POOL_LAYOUTS, "--pool-layouts")
+    versions = _choices(args.auto_functionalized, ("v1", "v2"), "--auto-functionalized")
     if device.type == "cuda" and not torch.cuda.is_available():
         reason = f"no CUDA device (torch {torch.__version__}, torch.cuda.is_available() is False)"
         print(f"benchmarks.gpu: skipped: {reason}")
         _write(args.out, {"skipped": True, "reason": reason})
         return 0
     dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
-    model = Decoder(
-        layers=args.layers, hidden=args.hidden, heads=args.heads, tokens=args.tokens, dtype=dtype, device=device
-    )
+    sizes = {"layers": args.layers, "hidden": args.hidden, "heads": args.heads, "tokens": args.tokens}
+    models: list[Decoder | KVPool] = []
+    if "decoder" in cases:
+        models.append(Decoder(**sizes, dtype=dtype, device=device))
+    if "kv_pool" in cases:
+        models += [
+            KVPool(**sizes, slots=args.pool_slots, layout=layout, dtype=dtype, device=device) for layout in layouts
+        ]
     results = []
-    for config in configs:
-        print(f"{config} ...", file=sys.stderr, flush=True)
-        results.append(measure(model, config, warmup=args.warmup, runs=args.runs, v2=args.auto_functionalized == "v2"))
-    print(format_table(results, device=device))
+    for model in models:
+        for version in versions:
+            group = []
+            for config in configs:
+                print(f"{model.case} {model.variant or ''} {version} {config} ...", file=sys.stderr, flush=True)
+                group.append(measure(model, config, warmup=args.warmup, runs=args.runs, v2=version == "v2"))
+            print(f"\n{_title(model, version)}\n\n{format_table(group, device=device)}")
+            results += group
     try:
         import vllm
 
@@ -555,11 +787,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "decoder": {
             "layers": args.layers, "hidden": args.hidden, "heads": args.heads, "tokens": args.tokens, "dtype": str(dtype),
-            "auto_functionalized": args.auto_functionalized,
+            "auto_functionalized": ",".join(versions),
         },
+        "cases": cases,
+        "kv_pool": {"slots": args.pool_slots, "layouts": layouts} if "kv_pool" in cases else None,
         "warmup": args.warmup,
         "runs": args.runs,
-        "results": [asdict(r) for r in results],
+        "results": [_finite(asdict(r)) for r in results],
     }
     _write(args.out, payload)
     return 0

@@ -13,7 +13,10 @@ inline, no scripts):
 4. the storage graph (:func:`aliasing.to_dot`, rendered by Graphviz where it is
    installed; the DOT text otherwise);
 5. a close-up per clone: the timeline of the storages it touches and the
-   graph around it (at most :data:`MAX_CLOSE_UPS`, kept clones first);
+   graph around it (at most :data:`MAX_CLOSE_UPS`, kept clones first); for a
+   kept clone, why its original (or the clone) and the first node of its
+   evidence that may share its memory alias (:meth:`aliasing.AliasAnalysis.why`:
+   the chains of views, the shared storage, the regions, the writes);
 6. the graph's code with removed (green) and kept (orange) clones marked, and
    the rewritten code;
 7. the storages and their reads and writes, in graph order.
@@ -44,6 +47,7 @@ import torch.fx
 from aliasing import RenderingError, graphviz_available, render_dot
 from aliasing.pictures.storage_graph import reason_text
 from rewrite.counts import copy_kind, count_copies
+from rewrite.planning.decisions import Reason
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -51,7 +55,7 @@ if TYPE_CHECKING:
     from aliasing import AliasAnalysis
     from rewrite.planning.decisions import CloneEliminationReport, Decision
 
-__all__ = ["MAX_CLOSE_UPS", "ExplainedProgram", "render_html"]
+__all__ = ["MAX_CLOSE_UPS", "ExplainedProgram", "render_html", "why_pair"]
 
 
 class ExplainedProgram(Protocol):
@@ -331,10 +335,60 @@ def _close_ups_section(explanation: ExplainedProgram, close_ups: list[Decision],
             f"<p>{_e(d.reason.description)}"
             + (f" Evidence: <code>{_e(', '.join(d.evidence))}</code>." if d.evidence else "")
             + "</p>",
+            _why_block(explanation, d),
             _timeline(explanation, f"timeline around {d.node}", around=d.node),
             _graph(explanation, f"storage graph around {d.node}", around=[d.node, *_present(explanation, d.evidence)]),
         ]
     return parts
+
+
+def why_pair(analysis: AliasAnalysis, d: Decision) -> tuple[str, str] | None:
+    """The two values whose aliasing explains a kept copy, or None.
+
+    For a kept clone, its original (else the clone itself) and the first node of its evidence that
+    may share that value's memory; for a kept ``copy_``, its destination and the first node of its
+    evidence (whether or not they alias: that is why the copy is not provably onto itself). None
+    for a removal, a clone kept for its layout (C1), or when no such pair is in the analysed graph.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> from rewrite.explain import explain
+    >>> def f(x):
+    ...     y = x[1:]
+    ...     c = y.clone()
+    ...     x.add_(1)  # writes the original while the clone is live
+    ...     return c + y
+    >>> e = explain(make_fx(f, tracing_mode="fake")(torch.randn(4)))
+    >>> why_pair(e.analysis, e.report.decisions[0])
+    ('slice_1', 'add_')
+    """
+    if d.action != "keep" or d.reason is Reason.LAYOUT:
+        return None
+    names = {n.name for n in analysis.nodes}
+    if d.reason.is_copy_reason:
+        other = next((e for e in d.evidence if e != d.original and e in names), None)
+        return (d.original, other) if other is not None and d.original in names else None
+    for first in (d.original, d.node):
+        if first not in names:
+            continue
+        for other in d.evidence:
+            if other != first and other in names and analysis.may_alias(first, other):
+                return first, other
+    return None
+
+
+def _why_block(explanation: ExplainedProgram, d: Decision) -> str:
+    """A kept clone's :func:`why_pair` explained (:meth:`aliasing.AliasAnalysis.why`), or nothing."""
+    pair = why_pair(explanation.analysis, d)
+    if pair is None:
+        return ""
+    why = explanation.analysis.why(*pair)
+    return (
+        f'<details class="why" open><summary>why <code>{_e(pair[0])}</code> and <code>{_e(pair[1])}</code> '
+        f"share memory ({_e(why.verdict)})</summary><pre>{_e(why)}</pre></details>"
+    )
 
 
 def _code_section(explanation: ExplainedProgram, decisions: tuple[Decision, ...]) -> list[str]:

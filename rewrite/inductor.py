@@ -43,6 +43,19 @@ Inductor's cache replays a compile, no pass runs: ``last_report`` is None,
 with the cached compile's counts (``counters["inductor"]["fx_aliasing_*"]``,
 which the cache replays); ``TORCHINDUCTOR_FX_GRAPH_CACHE=0`` compiles afresh.
 
+HTML reports: ``compile_options(report_dir=FOLDER)`` (or ``CloneEliminationPass(report_dir=FOLDER)``,
+or the environment variable :data:`REPORT_DIR_ENV`, ``FX_ALIASING_REPORT_DIR=FOLDER``, read when
+the pass runs) writes one self-contained HTML report (:mod:`rewrite.html_report`: the decisions,
+the storage timeline and graph, the code) per graph the pass rewrites, named
+``fx_aliasing_<n>_compile_<id>_<forward|backward>.html``: ``n`` counts the reports of the process
+(a number already taken in the folder is skipped), ``id`` is the Dynamo compile id that tlparse
+shows (``0_0`` for ``[0/0]``; ``none`` outside a compile); the path is logged at INFO and is the
+structured-trace artifact ``fx_aliasing_html_report``. The folder changes no decision and is no
+part of :meth:`CloneEliminationPass.uuid`: a compile that Inductor's cache replays runs no pass
+and writes no report (``TORCHINDUCTOR_FX_GRAPH_CACHE=0`` to get one). Writing a report copies the
+graph and analyses it once more (seconds on a large graph); a failure to write one is logged and
+changes nothing.
+
 Example
 -------
 >>> import torch
@@ -56,8 +69,13 @@ True
 
 from __future__ import annotations
 
+import copy
 import hashlib
+import itertools
 import logging
+import os
+import re
+import warnings
 import weakref
 from collections.abc import Iterable
 from pathlib import Path
@@ -83,6 +101,7 @@ from rewrite.pipeline.driver import lower_and_eliminate
 from rewrite.pipeline.reports import PipelineReport, log_pipeline_report
 
 __all__ = [
+    "REPORT_DIR_ENV",
     "CloneEliminationPass",
     "JointGraphGuard",
     "compile_options",
@@ -95,6 +114,9 @@ log = logging.getLogger(__name__)
 
 _ROOT = Path(__file__).resolve().parent.parent
 _PACKAGES = ("aliasing", "rewrite")
+
+#: The environment variable naming the folder of the HTML reports when no ``report_dir`` is given.
+REPORT_DIR_ENV = "FX_ALIASING_REPORT_DIR"
 
 
 def library_source_hash() -> str:
@@ -212,6 +234,12 @@ class CloneEliminationPass(CustomGraphPass):
     guard : bool
         Run the hazard guard (:mod:`rewrite.guard`, H1-H6 and H9) around the
         clone elimination.
+    report_dir : str or os.PathLike, optional
+        Write an HTML report of each graph the pass rewrites into this folder
+        (made if missing; the module docstring says how the files are named).
+        None reads the environment variable :data:`REPORT_DIR_ENV` when the pass
+        runs (no report when it is unset or empty). It changes no decision and
+        not :meth:`uuid`. The last report written is :attr:`last_report_path`.
 
     Notes
     -----
@@ -231,16 +259,26 @@ class CloneEliminationPass(CustomGraphPass):
     >>> p = CloneEliminationPass(donated_inputs=(0,))
     >>> p.uuid() != CloneEliminationPass().uuid() != CloneEliminationPass(guard=False).uuid()
     True
+    >>> CloneEliminationPass(report_dir="reports").uuid() == CloneEliminationPass().uuid()
+    True
     """
 
     def __init__(
-        self, *, donated_inputs: Iterable[int] = (), lower_functional: bool = True, guard: bool = True
+        self,
+        *,
+        donated_inputs: Iterable[int] = (),
+        lower_functional: bool = True,
+        guard: bool = True,
+        report_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.donated_inputs: tuple[int, ...] = tuple(int(i) for i in donated_inputs)
         self.lower_functional = bool(lower_functional)
         self.guard = bool(guard)
+        self.report_dir: Path | None = None if report_dir is None else Path(report_dir)
         self.last_report: PipelineReport | None = None
         self.last_guard_report: GuardReport | None = None
+        #: the HTML report the last run wrote (None when it wrote none)
+        self.last_report_path: Path | None = None
         self._keyed = False  # Inductor asked for uuid() (a compile started) and the pass has not run since
         self._ran = False
         self._counts_at_key: dict[str, int] | None = None
@@ -296,7 +334,8 @@ class CloneEliminationPass(CustomGraphPass):
         )
 
     def config(self) -> dict[str, Any]:
-        """The configuration that changes what the pass does (part of :meth:`uuid`)."""
+        """The configuration that changes what the pass does (part of :meth:`uuid`; the report
+        folder changes nothing the pass does, and is not in it)."""
         return {"donated_inputs": self.donated_inputs, "lower_functional": self.lower_functional, "guard": self.guard}
 
     def uuid(self) -> str:
@@ -314,12 +353,23 @@ class CloneEliminationPass(CustomGraphPass):
         with paused_gc():  # guard and pipeline: no collection of Inductor's young objects inside them
             self._rewrite(graph)
 
+    def report_folder(self) -> Path | None:
+        """Where the HTML reports go: :attr:`report_dir`, else the folder that the environment
+        variable :data:`REPORT_DIR_ENV` names now, else None (no report)."""
+        if self.report_dir is not None:
+            return self.report_dir
+        named = os.environ.get(REPORT_DIR_ENV, "").strip()
+        return Path(named) if named else None
+
     def _rewrite(self, graph: torch.fx.Graph) -> None:
         self._note_ran()
+        self.last_report_path = None
         guard = GuardReport()
         outputs = output_roles(graph) if self.guard else None
         if self.guard:
             guard = guard_stale_reads(graph, donated_inputs=self.donated_inputs, hazards=hazards_on(torch_release()))
+        folder = self.report_folder()
+        before = _snapshot(graph) if folder is not None else None  # the graph the pipeline starts from
         try:
             report = lower_and_eliminate(
                 graph,
@@ -344,11 +394,14 @@ class CloneEliminationPass(CustomGraphPass):
         if report is not None:
             self.last_report = report
             _log_report(report)
+            if folder is not None and before is not None:
+                self.last_report_path = _write_html_report(folder, before, graph, report, self.donated_inputs)
 
     def __repr__(self) -> str:
+        folder = f", report_dir={str(self.report_dir)!r}" if self.report_dir is not None else ""
         return (
             f"CloneEliminationPass(donated_inputs={self.donated_inputs}, "
-            f"lower_functional={self.lower_functional}, guard={self.guard})"
+            f"lower_functional={self.lower_functional}, guard={self.guard}{folder})"
         )
 
 
@@ -396,7 +449,12 @@ class JointGraphGuard(CustomGraphPass):
 
 
 def compile_options(
-    *, donated_inputs: Iterable[int] = (), lower_functional: bool = True, guard: bool = True, **options: Any
+    *,
+    donated_inputs: Iterable[int] = (),
+    lower_functional: bool = True,
+    guard: bool = True,
+    report_dir: str | os.PathLike[str] | None = None,
+    **options: Any,
 ) -> dict[str, Any]:
     """Inductor options that install every fx-aliasing hook: ``torch.compile(fn, options=compile_options())``.
 
@@ -404,6 +462,8 @@ def compile_options(
     these arguments) and, with ``guard``, ``joint_custom_pre_pass`` a
     :class:`JointGraphGuard`. Other Inductor ``options`` are passed through;
     a pass already given for one of these hooks runs first (in a list).
+    ``report_dir`` (or the environment variable :data:`REPORT_DIR_ENV`) writes
+    an HTML report per compiled graph into that folder (the module docstring).
 
     Examples
     --------
@@ -416,7 +476,7 @@ def compile_options(
     out = dict(options)
     hooks: dict[str, Any] = {
         "post_grad_custom_post_pass": CloneEliminationPass(
-            donated_inputs=donated_inputs, lower_functional=lower_functional, guard=guard
+            donated_inputs=donated_inputs, lower_functional=lower_functional, guard=guard, report_dir=report_dir
         )
     }
     if guard:
@@ -428,6 +488,77 @@ def compile_options(
         else:
             out[key] = [*(theirs if isinstance(theirs, list) else [theirs]), ours]
     return out
+
+
+#: Numbers of the HTML reports of this process (a number already taken in the folder is skipped).
+_REPORT_NUMBERS = itertools.count()
+
+
+def _snapshot(graph: torch.fx.Graph) -> torch.fx.GraphModule | None:
+    """A copy of ``graph`` in a ``GraphModule`` of its own (attributes by reference), whose names
+    continue as the graph's do (so a lowering of the copy names its nodes as it names the graph's);
+    None when it cannot be made (logged)."""
+    try:
+        copied = copy.deepcopy(graph)  # Graph.__deepcopy__ copies node meta shallowly
+        names, mine = getattr(graph, "_graph_namespace", None), getattr(copied, "_graph_namespace", None)
+        if names is not None and mine is not None:  # the names a lowering picks depend on the names used before
+            mine._used_names = set(names._used_names)
+            mine._base_count = dict(names._base_count)
+        owner = graph.owning_module
+        root = owner if isinstance(owner, torch.nn.Module) else torch.nn.Module()
+        return torch.fx.GraphModule(root, copied, class_name="CompiledGraph")
+    except Exception as e:  # a report is best effort
+        log.warning("fx-aliasing: no HTML report, the graph could not be copied: %s: %s", type(e).__name__, e)
+        return None
+
+
+def _write_html_report(
+    folder: Path, before: torch.fx.GraphModule, graph: torch.fx.Graph, report: PipelineReport, donated: tuple[int, ...]
+) -> Path | None:
+    """Write the HTML report of one run into ``folder``: the analysis of ``before`` (lowered as the
+    run lowered the graph), the run's decisions, and ``graph`` as the run left it. Returns the path,
+    or None when it could not be written (logged; never raises)."""
+    try:
+        from aliasing import analyze
+        from rewrite.explain import Explanation
+        from rewrite.lowering.functional import lower_functional_ops
+
+        with paused_gc(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the pass's own analysis has already warned
+            if report.lowering.lowered:
+                lowered = lower_functional_ops(before.graph)
+                if lowered.clones != report.lowering.clones:
+                    log.debug("fx-aliasing: the report's lowering named its clones otherwise: %s", lowered.clones)
+                before.recompile()
+            analysis = analyze(before, donated_inputs=donated)
+            after = _snapshot(graph)
+        compile_id = _compile_id()
+        cid = re.sub(r"[^0-9A-Za-z]+", "_", str(compile_id)).strip("_") if compile_id is not None else "none"
+        kind = "backward" if any(n.name.startswith("tangents") for n in graph.find_nodes(op="placeholder")) else "forward"
+        name = f"compiled graph ({kind}) of compile {compile_id if compile_id is not None else '-'}"
+        page = Explanation(before, analysis, report.elimination(), after, donated, name).html()
+        folder.mkdir(parents=True, exist_ok=True)
+        while True:
+            path = folder / f"fx_aliasing_{next(_REPORT_NUMBERS):03d}_compile_{cid}_{kind}.html"
+            try:
+                with path.open("x", encoding="utf-8") as f:
+                    f.write(page)
+                break
+            except FileExistsError:
+                continue
+    except Exception as e:  # a report is best effort: never fail the compile
+        log.warning("fx-aliasing: the HTML report could not be written to %s: %s: %s", folder, type(e).__name__, e)
+        return None
+    log.info("fx-aliasing: wrote the HTML report of %s to %s", name, path)
+    try:
+        torch._logging.trace_structured(  # type: ignore[attr-defined]  # re-exported without __all__
+            "artifact",
+            metadata_fn=lambda: {"name": "fx_aliasing_html_report", "encoding": "string"},
+            payload_fn=lambda: str(path.resolve()),
+        )
+    except Exception as e:  # tracing is best effort
+        log.debug("structured trace failed: %s", e)
+    return path
 
 
 def _uuid(config: dict[str, Any]) -> str:

@@ -32,7 +32,7 @@ import threading
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -72,6 +72,9 @@ __all__ = [
     "NoAtenOpsWarning",
     "NodeRef",
     "StorageInfo",
+    "ViewStep",
+    "WhyAlias",
+    "WriteNote",
     "analyze",
     "counting_analyses",
     "paused_gc",
@@ -114,6 +117,95 @@ class StorageInfo(NamedTuple):
 
 #: The effect of a ``getitem`` of a multi-output node (it reads and writes nothing; one for all).
 _GETITEM = Effect(note="getitem")
+
+
+class ViewStep(NamedTuple):
+    """One link of a value's chain of views in :class:`WhyAlias`: a node's name and what it is
+    (``"user input"``, ``"slice"``, ``"add_, in place"``, ``"mul: new storage"``...)."""
+
+    node: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.node} ({self.what})"
+
+
+class WriteNote(NamedTuple):
+    """A write that may touch one of the two values of :class:`WhyAlias`: the writing node, its
+    graph position, the value it writes through, where it lies with respect to the two values
+    (``"before both"``, ``"between them"``, ``"after both"``) and the names of those it may touch."""
+
+    node: str
+    position: int
+    via: str
+    where: str
+    touches: tuple[str, ...]
+
+    def __str__(self) -> str:
+        via = "" if self.via == self.node else f" through {self.via}"
+        return f"#{self.position} {self.node}{via}, {self.where}: may touch {' and '.join(self.touches)}"
+
+
+@dataclass(frozen=True)
+class WhyAlias:
+    """Why two values may (or may not) share memory: the evidence behind :meth:`AliasAnalysis.why`.
+
+    ``may_alias`` and ``may_overlap`` are the analysis's answers; ``chain_a`` and
+    ``chain_b`` the chains of views from each value's storage root (an input, a
+    parameter, the op that allocated it) down to the value, toward ``storage_a`` and
+    ``storage_b``, the storages the chains lead to (the shared one where there is one);
+    ``storages_a`` and ``storages_b`` every storage each value may live in, ``shared``
+    those both may live in; ``alias`` says why they may or may not share a storage,
+    ``overlap`` why their bytes may or may not meet (empty when they cannot alias);
+    ``writes`` the writes that may touch either value (at most :attr:`MAX_WRITES`;
+    ``more_writes`` counts the rest). ``str()`` gives it as readable lines.
+    """
+
+    a: str
+    b: str
+    may_alias: bool
+    may_overlap: bool
+    chain_a: tuple[ViewStep, ...]
+    chain_b: tuple[ViewStep, ...]
+    storage_a: str | None
+    storage_b: str | None
+    storages_a: tuple[str, ...]
+    storages_b: tuple[str, ...]
+    shared: tuple[str, ...]
+    alias: str
+    overlap: str
+    writes: tuple[WriteNote, ...] = ()
+    more_writes: int = 0
+
+    #: Writes listed at most (the rest are counted in ``more_writes``).
+    MAX_WRITES = 8
+
+    @property
+    def verdict(self) -> str:
+        """``"may overlap"``, ``"may alias, disjoint bytes"`` or ``"no alias"``."""
+        if self.may_overlap:
+            return "may overlap"
+        return "may alias, disjoint bytes" if self.may_alias else "no alias"
+
+    def lines(self) -> list[str]:
+        """The explanation, one line each (what ``str()`` joins)."""
+        width = max(len(self.a), len(self.b))
+        out = [f"{self.a} and {self.b}: {self.verdict}"]
+        for name, chain, sid in ((self.a, self.chain_a, self.storage_a), (self.b, self.chain_b, self.storage_b)):
+            where = f"  [{sid}]" if sid is not None else ""
+            out.append(f"  {name:<{width}}  {' -> '.join(str(s) for s in chain) or 'not a tensor value'}{where}")
+        out.append(f"  storage: {self.alias}")
+        if self.overlap:
+            out.append(f"  overlap: {self.overlap}")
+        if self.writes:
+            out.append("  writes:")
+            out.extend(f"    {w}" for w in self.writes)
+            if self.more_writes:
+                out.append(f"    ... and {self.more_writes} more")
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
 
 
 def _no_short_way(node: torch.fx.Node, facts: FactsCache) -> None:
@@ -937,11 +1029,317 @@ class AliasAnalysis:
         """Nodes that may read memory overlapping ``n``, in graph order (the output node included)."""
         return self._ordered(self.accesses_overlapping(n, "read"))
 
+    # -- explanations -----------------------------------------------------------
+    def why(self, a: NodeRef, b: NodeRef) -> WhyAlias:
+        """Why ``a`` and ``b`` may (or may not) share memory: the evidence behind :meth:`may_alias`
+        and :meth:`may_overlap`, read from what the analysis recorded (no second analysis).
+
+        For each value, the chain of views from its storage's root (an input, a parameter, the
+        op that allocated it) down to it; the storages they share, or why they cannot share one
+        (distinct storages and where each comes from); whether their bytes may meet and why
+        (exact regions that overlap or are disjoint, or why no exact region is known: symbolic
+        sizes, an op the analysis does not model, missing metadata...); and the writes that may
+        touch either value, in graph order. ``may_alias`` and ``may_overlap`` of the result are
+        the analysis's answers. ``str()`` of the result gives it as readable lines (regions as
+        ``offset+[sizes]:[strides]xitemsize``, in elements: :meth:`Region.describe`).
+
+        Example
+        -------
+        >>> import torch
+        >>> from torch.fx.experimental.proxy_tensor import make_fx
+        >>> def f(x):
+        ...     q, k = x.split(4, dim=-1)
+        ...     q.add_(1)
+        ...     return k.t() * 2, x.clone()
+        >>> a = analyze(make_fx(f, tracing_mode="fake")(torch.randn(2, 8)))
+        >>> print(a.why("getitem", "t"))
+        getitem and t: may alias, disjoint bytes
+          getitem  x_1 (user input) -> getitem (split[0])  [s0]
+          t        x_1 (user input) -> getitem_1 (split[1]) -> t (t)  [s0]
+          storage: both may live in s0 (user input x_1)
+          overlap: disjoint: exact regions getitem 0+[2,4]:[8,1]x4, t 4+[4,2]:[1,8]x4 share no byte
+          writes:
+            #4 add_ through getitem, between them: may touch getitem
+        >>> w = a.why("x_1", "clone")
+        >>> w.may_alias, w.alias
+        (False, 'distinct storages: x_1 lives in s0 (user input x_1), clone in s2 (new memory of clone)')
+        """
+        na, nb = self._node(a), self._node(b)
+        alias, overlap = self.may_alias(na, nb), self.may_overlap(na, nb)
+        pa, pb = self._pts(na), self._pts(nb)
+        shared = pa & pb
+        sa, sb = _why_target(pa, shared), _why_target(pb, shared)
+        chain_a, chain_b = self._why_chain(na, sa), self._why_chain(nb, sb)
+        writes: list[WriteNote] = []
+        more = 0
+        if alias:
+            reason = self._why_alias(na, nb, pa, pb, shared)
+            overlap_reason = self._why_overlap(na, nb, pa, pb, chain_a + chain_b)
+            writes, more = self._why_writes(na, nb)
+        else:
+            reason = self._why_apart(na, nb, pa, pb)
+            overlap_reason = ""
+        return WhyAlias(
+            na.name,
+            nb.name,
+            alias,
+            overlap,
+            tuple(self._why_steps(chain_a, sa)),
+            tuple(self._why_steps(chain_b, sb)),
+            None if sa is None else _sid(sa),
+            None if sb is None else _sid(sb),
+            tuple(_sid(s) for s in _why_order(pa)),
+            tuple(_sid(s) for s in _why_order(pb)),
+            tuple(_sid(s) for s in _why_order(shared)),
+            reason,
+            overlap_reason,
+            tuple(writes),
+            more,
+        )
+
+    def _why_sources(self, node: torch.fx.Node) -> tuple[torch.fx.Node, ...]:
+        """The values ``node``'s value may be a view (or the in-place result) of, as its effect recorded."""
+        b = self._b
+        effect = b.effect_of.get(node)
+        if effect is None:
+            return ()
+        if effect.unknown:
+            return tuple(effect.reaches)
+        if effect is _GETITEM:  # an element of a multi-output node: its sources, else the node itself
+            src, key = (node.args + (None, None))[:2]
+            if not isinstance(src, torch.fx.Node):
+                return ()
+            se = b.effect_of.get(src)
+            if se is None or se.unknown:
+                return (src,)
+            return (*se.outputs.get(key, se.outputs.get(EACH, ())), src)
+        srcs = effect.outputs.get(SINGLE)
+        if srcs is None:
+            srcs = tuple(dict.fromkeys(x for v in effect.outputs.values() for x in v))
+        return tuple(srcs)
+
+    def _why_chain(self, node: torch.fx.Node, s: int | None) -> list[torch.fx.Node]:
+        """The chain of values from the root of storage ``s`` down to ``node`` (following, at each
+        step, the first source that may live in ``s``); ``[]`` when ``node`` is in no storage."""
+        if s is None:
+            return []
+        chain = [node]
+        seen = {node}
+        cur = node
+        while True:
+            parent = next((p for p in self._why_sources(cur) if p not in seen and s in self._pts(p)), None)
+            if parent is None:
+                break
+            chain.append(parent)
+            seen.add(parent)
+            cur = parent
+        chain.reverse()
+        return chain
+
+    def _why_steps(self, chain: list[torch.fx.Node], s: int | None) -> list[ViewStep]:
+        """The chain as :class:`ViewStep` entries (the middle of a long one elided)."""
+        steps = []
+        for i, node in enumerate(chain):
+            parent = chain[i - 1] if i else None
+            steps.append(ViewStep(node.name, self._why_what(node, parent, s)))
+        if len(steps) > 12:
+            steps = [steps[0], ViewStep("...", f"{len(steps) - 11} more"), *steps[-10:]]
+        return steps
+
+    def _why_what(self, node: torch.fx.Node, parent: torch.fx.Node | None, s: int | None) -> str:
+        """What one link of a chain is: an input's role, an op, an in-place op, an allocation."""
+        b = self._b
+        later = ", its storage or layout changed in place later" if s == _U and node in b.metadata_mutated else ""
+        if node.op in ("placeholder", "get_attr"):
+            return self.role(node).value.replace("_", " ") + later
+        effect = b.effect_of.get(node)
+        op = _why_op(node)
+        if effect is _GETITEM:
+            src, key = (node.args + (None, None))[:2]
+            return f"{_why_op(src) if isinstance(src, torch.fx.Node) else op}[{key}]" + later
+        if effect is not None and effect.unknown:
+            return f"{op}, an op the analysis does not model: any argument's memory or new" + later
+        if parent is None:
+            if s is not None and s != _U and b.storages[s].origin == node.name:
+                return f"{op}: new storage" + later
+            return (f"{op}: storage unknown" if s == _U else op) + later
+        if effect is not None and parent in effect.writes:
+            return f"{op}, in place" + later
+        return op + later
+
+    def _why_storage(self, s: int) -> str:
+        """A storage in words: its id, role and origin."""
+        if s == _U:
+            return f"{UNKNOWN_STORAGE} (any storage)"
+        info = self._b.storages[s]
+        where = f"new memory of {info.origin}" if info.role is Role.INTERMEDIATE else f"{info.role.value.replace('_', ' ')} {info.origin}"
+        return f"{info.id} ({where}{'; ' + info.note if info.note else ''})"
+
+    def _why_alias(
+        self, na: torch.fx.Node, nb: torch.fx.Node, pa: frozenset[int], pb: frozenset[int], shared: frozenset[int]
+    ) -> str:
+        """Why two values may share a storage."""
+        known = [s for s in _why_order(shared) if s != _U]
+        if na is nb:
+            return "the same value" + (f", in {', '.join(self._why_storage(s) for s in _why_order(pa))}" if pa else "")
+        if known:
+            text = "both may live in " + ", ".join(self._why_storage(s) for s in known)
+            others = [
+                f"{n.name} may also live in {', '.join(_sid(s) for s in _why_order(p - shared))}"
+                for n, p in ((na, pa), (nb, pb))
+                if p - shared
+            ]
+            return "; ".join([text, *others])
+        for n, p in ((na, pa), (nb, pb)):
+            if _U in p:
+                return f"{n.name} may live in any storage: {self._why_unknown_storage(n)}"
+        unc = self._b.uncertain
+        for (n, p), (m, q) in (((na, pa), (nb, pb)), ((nb, pb), (na, pa))):
+            mine = [s for s in _why_order(p) if s in unc]
+            if mine:
+                return (
+                    f"{n.name} lives in {self._why_storage(mine[0])}, an input without metadata that may be any "
+                    f"input's memory, {m.name}'s {', '.join(self._why_storage(s) for s in _why_order(q))} included"
+                )
+        return "their storages may be one allocation"
+
+    def _why_unknown_storage(self, n: torch.fx.Node) -> str:
+        """Why a value's points-to set holds :data:`UNKNOWN_STORAGE`."""
+        if n in self._b.metadata_mutated:
+            return "an op changes its storage or layout in place (set_, t_, resize_, as_strided_...)"
+        chain = self._why_chain(n, _U)
+        root = chain[0] if chain else n
+        if root in self._b.metadata_mutated:
+            return f"it is a view of {root.name}, and an op changes {root.name}'s storage or layout in place"
+        return f"it comes from {root.name} ({self._why_what(root, None, _U)})"
+
+    def _why_apart(self, na: torch.fx.Node, nb: torch.fx.Node, pa: frozenset[int], pb: frozenset[int]) -> str:
+        """Why two values cannot share a storage."""
+        for n, p in ((na, pa), (nb, pb)):
+            if not p:
+                return f"{n.name} is not a tensor value (it lives in no storage)"
+        where_a = ", ".join(self._why_storage(s) for s in _why_order(pa))
+        where_b = ", ".join(self._why_storage(s) for s in _why_order(pb))
+        return f"distinct storages: {na.name} lives in {where_a}, {nb.name} in {where_b}"
+
+    def _why_overlap(
+        self, na: torch.fx.Node, nb: torch.fx.Node, pa: frozenset[int], pb: frozenset[int], chain: list[torch.fx.Node]
+    ) -> str:
+        """Why the bytes of two values that may alias may (or may not) meet (as :meth:`may_overlap` decides)."""
+        if na is nb:
+            return "the same value"
+        b = self._b
+        if pa != pb:
+            text = (
+                f"unknown: they may live in different sets of storages ({na.name}: "
+                f"{', '.join(_sid(s) for s in _why_order(pa))}; {nb.name}: {', '.join(_sid(s) for s in _why_order(pb))}), "
+                "and regions are compared only inside one known storage"
+            )
+            opaque = next((n for n in chain if self.is_unknown(n)), None)
+            if opaque is not None:
+                note = b.effect_of[opaque].note
+                detail = f" ({note})" if note and note != "unknown op" else ""
+                text += f"; {opaque.name} is an op the analysis does not model{detail}"
+            return text
+        ra, rb = b.region(na), b.region(nb)
+        gaps = [f"{n.name} has no exact region: {self._why_no_region(n)}" for n, r in ((na, ra), (nb, rb)) if r is None]
+        if gaps or ra is None or rb is None:
+            return "unknown: " + "; ".join(gaps)
+        shown = f"{na.name} {ra.describe()}, {nb.name} {rb.describe()}"  # offset+[sizes]:[strides]xitemsize
+        concrete = ra.is_concrete and rb.is_concrete
+        if not regions_may_overlap(ra, rb):
+            return f"disjoint: exact regions {shown} share no byte" + ("" if concrete else " (proved for every size)")
+        if concrete:
+            return f"yes: exact regions {shown} share bytes"
+        return f"unknown: symbolic regions {shown}; that they share no byte could not be proved"
+
+    def _why_no_region(self, n: torch.fx.Node) -> str:
+        """Why a value has no exact region in its storage."""
+        b = self._b
+        pts = self._pts(n)
+        if _U in pts:
+            return f"it may live in any storage: {self._why_unknown_storage(n)}"
+        if len(pts) > 1:
+            chain = self._why_chain(n, min(pts))
+            opaque = next((m for m in chain if self.is_unknown(m)), None)
+            why = f": {opaque.name} is an op the analysis does not model" if opaque is not None else ""
+            return f"it may live in several storages ({', '.join(_sid(s) for s in _why_order(pts))}){why}"
+        facts = b.facts.get(n)
+        if facts is None:
+            if "val" not in n.meta:
+                return "missing metadata (the node has no meta['val'])"
+            if b.cache.tensor(n) is not None:
+                return (
+                    "its recorded layout does not place it inside its base's storage (the trace gave it a storage "
+                    "of its own: a program loaded from .pt2, a real-mode make_fx trace, or views of a rewritten clone)"
+                )
+            return "its metadata does not describe a tensor"
+        if not facts.strided:
+            return "its layout is not strided (sparse or nested)"
+        if n.op == "get_attr":
+            return "a constant without its module: its place in the storage is unknown"
+        flagged = [p for p in b.unguarded_inputs() if pts & self._pts(p)]
+        if flagged:
+            return (
+                f"an as_strided with an explicit storage offset places a view in the storage of {flagged[0].name}, "
+                "whose offset a run is not held to"
+            )
+        return "its region is not known exactly"
+
+    def _why_writes(self, na: torch.fx.Node, nb: torch.fx.Node) -> tuple[list[WriteNote], int]:
+        """The writes that may touch either value, in graph order (at most :attr:`WhyAlias.MAX_WRITES`), and how many more."""
+        pos = self._b.position
+        touched: dict[torch.fx.Node, tuple[int, str, list[str]]] = {}
+        for n in dict.fromkeys((na, nb)):
+            for acc in self.accesses_overlapping(n, "write"):
+                entry = touched.setdefault(acc.node, (acc.position, acc.value.name, []))
+                if n.name not in entry[2]:
+                    entry[2].append(n.name)
+        lo, hi = sorted((pos[na], pos[nb]))
+        notes = []
+        for node, (p, via, names) in sorted(touched.items(), key=lambda kv: kv[1][0]):
+            if node is na or node is nb:
+                where = f"at {node.name}"
+            elif p < lo:
+                where = "before both"
+            elif p > hi:
+                where = "after both"
+            else:
+                where = "between them"
+            notes.append(WriteNote(node.name, p, via, where, tuple(names)))
+        cap = WhyAlias.MAX_WRITES
+        return notes[:cap], max(0, len(notes) - cap)
+
     def __repr__(self) -> str:
         return (
             f"AliasAnalysis({len(self._b.position)} nodes, {len(self._b.storages)} storages, "
             f"{len(self._b.points_to)} tensor values)"
         )
+
+
+def _why_order(pts: Iterable[int]) -> list[int]:
+    """Storage indexes in creation order, :data:`UNKNOWN_STORAGE` last."""
+    return sorted(pts, key=lambda s: (s == _U, s))
+
+
+def _why_target(pts: frozenset[int], shared: frozenset[int]) -> int | None:
+    """The storage a value's chain in :meth:`AliasAnalysis.why` leads to: the first shared one, else its first."""
+    order = _why_order(shared) or _why_order(pts)
+    return order[0] if order else None
+
+
+def _why_op(node: torch.fx.Node) -> str:
+    """A node's op in a word: ``slice``, ``mylib.foo``, ``.add()``, ``module fc``..."""
+    t = node.target
+    if node.op == "call_function":
+        if isinstance(t, torch._ops.OpOverload):
+            return t._opname if t.namespace == "aten" else f"{t.namespace}.{t._opname}"
+        return str(getattr(t, "__name__", t))
+    if node.op == "call_method":
+        return f".{t}()"
+    if node.op == "call_module":
+        return f"module {t}"
+    return node.op
 
 
 def analyze(

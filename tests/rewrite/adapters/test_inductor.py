@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -29,7 +30,7 @@ import torch
 import torch.fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from rewrite.inductor import CloneEliminationPass, library_source_hash
+from rewrite.inductor import REPORT_DIR_ENV, CloneEliminationPass, compile_options, library_source_hash
 from rewrite.pipeline.reports import PipelineReport
 
 #: torch.compile with Inductor (and a Triton kernel in a subprocess)
@@ -703,6 +704,55 @@ def test_cache_hit_says_the_report_came_from_the_cache(
     outside = CloneEliminationPass()
     outside.uuid()  # not inside a compile: nothing to follow
     assert outside.last_report_source is None and not outside.cache_hit
+
+
+def test_html_report_per_compiled_graph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(REPORT_DIR_ENV, raising=False)
+    folder = tmp_path / "reports"  # made by the pass
+    torch._dynamo.reset()
+    opts = compile_options(report_dir=folder)
+    p = opts["post_grad_custom_post_pass"]
+    assert p.uuid() == CloneEliminationPass().uuid() and p.config() == CloneEliminationPass().config()
+    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
+        compiled = torch.compile(mutated_intermediate, options=opts)
+        x = torch.randn(8)
+        torch.testing.assert_close(compiled(x), mutated_intermediate(x))
+        first, report = p.last_report_path, p.last_report
+        y = torch.randn(2, 3)  # another shape: a second compile of the same frame
+        torch.testing.assert_close(compiled(y), mutated_intermediate(y))
+    assert first is not None and report is not None and report.removed
+    pages = sorted(folder.iterdir())
+    assert [re.sub(r"_\d{3}_", "_N_", q.name) for q in pages] == [
+        "fx_aliasing_N_compile_0_0_forward.html", "fx_aliasing_N_compile_0_1_forward.html"
+    ]
+    assert first == pages[0] and p.last_report_path == pages[1]
+    page = first.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "compiled graph (forward) of compile 0/0" in page
+    for d in report.elimination().decisions:  # the lowered clone's decision, with its close-up
+        assert f'<a href="#clone-{d.node}">{d.node}</a>' in page and d.reason.value in page
+    # the same decisions as without a report
+    assert compile_and_compare(mutated_intermediate, randn((8,))).removed == report.removed
+
+
+def test_html_report_folder_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(REPORT_DIR_ENV, str(tmp_path))
+    p = CloneEliminationPass()
+    report = compile_and_compare(mutated_intermediate, randn((8,)), pass_=p)
+    (page,) = tmp_path.glob("fx_aliasing_*_compile_0_0_forward.html")
+    assert p.last_report_path == page and report.removed[0] in page.read_text()
+    # called outside a compile: no compile id; a folder that cannot be made: logged, decisions unchanged
+    gm = make_fx(lambda a: (a * 2).clone() + 1, tracing_mode="fake")(torch.randn(4))
+    p(gm.graph)
+    assert p.last_report_path is not None and p.last_report_path.name.endswith("_compile_none_forward.html")
+    blocked = tmp_path / "a file"
+    blocked.write_text("")
+    monkeypatch.setenv(REPORT_DIR_ENV, str(blocked / "reports"))
+    gm = make_fx(lambda a: (a * 2).clone() + 1, tracing_mode="fake")(torch.randn(4))
+    p(gm.graph)
+    assert p.last_report_path is None and p.last_report is not None and p.last_report.removed == ("clone",)
+    monkeypatch.delenv(REPORT_DIR_ENV)
+    assert CloneEliminationPass().report_folder() is None
+    assert CloneEliminationPass(report_dir=tmp_path).report_folder() == tmp_path
 
 
 def test_never_raises_on_a_broken_pipeline(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:

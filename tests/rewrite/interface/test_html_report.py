@@ -2,7 +2,8 @@
 
 - the page is self-contained (no scripts, no external resources: pictures are
   ``data:`` URIs of SVG documents), has the summary, the decision table, the
-  timeline, the storage graph, a close-up per clone, the code with removed and
+  timeline, the storage graph, a close-up per clone (a kept copy's says why its
+  values share memory: ``AliasAnalysis.why``), the code with removed and
   kept clones marked, and the storages' accesses; without Graphviz it shows the
   DOT text and says why;
 - in headless Chromium (Debian's ``chromium`` package, which ``.ci/run``
@@ -36,9 +37,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from rewrite.examples import DEMO_DONATED_INPUTS, trace_demo
 from rewrite.explain import Explanation, explain
+from rewrite.html_report import why_pair
 
 #: The page in headless Chromium, pictures rendered by Graphviz and matplotlib.
 pytestmark = pytest.mark.integration
@@ -103,6 +107,30 @@ def test_report_without_graphviz(demo_explanation: Explanation, monkeypatch: pyt
     assert "is not installed (Debian: <code>apt-get install graphviz</code>); the DOT source:" in page
     assert "digraph storage_graph {" in page
     assert all(not alt.startswith("storage graph") for alt, _ in _images(page))
+
+
+def test_kept_copies_say_why_they_share_memory(page: str, demo_explanation: Explanation) -> None:
+    # the demo's write-back copy_ is kept: its destination and source live in distinct storages
+    why = demo_explanation.analysis.why("slice_1", "getitem_1")
+    assert "<summary>why <code>slice_1</code> and <code>getitem_1</code> share memory (no alias)</summary>" in page
+    assert f"<pre>{html.escape(str(why))}</pre>" in page
+    assert "k_cache_1 (user input) -&gt; slice_1 (slice)" in page
+    # a clone kept because its original is written while it is live: the original and the writer
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x[1:]
+        c = y.clone()
+        x.add_(1)
+        return c + y
+
+    e = explain(make_fx(f, tracing_mode="fake")(torch.randn(4)))
+    (d,) = e.report.decisions
+    assert d.action == "keep" and why_pair(e.analysis, d) == ("slice_1", "add_")
+    small = e.html()
+    assert "<summary>why <code>slice_1</code> and <code>add_</code> share memory (may overlap)</summary>" in small
+    assert html.escape(str(e.analysis.why("slice_1", "add_"))) in small
+    assert "x_1 (user input) -&gt; add_ (add_, in place)" in small
+    # removals and clones kept for their layout get none
+    assert all(why_pair(demo_explanation.analysis, d) is None for d in demo_explanation.report.decisions if d.node != "copy_")
 
 
 # --- in a browser -------------------------------------------------------------------------
