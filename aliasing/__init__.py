@@ -60,7 +60,7 @@ from aliasing.core.analysis import (
     with_control_flow,
 )
 from aliasing.core.effects import Effect, EffectTable
-from aliasing.core.fake_values import UntrustedMetadataWarning, restore_storage_identity
+from aliasing.core.fake_values import UntrustedMetadataWarning, propagate_fake_values, restore_storage_identity
 from aliasing.core.regions import Region, regions_may_overlap
 from aliasing.core.roles import UNKNOWN_STORAGE, Role
 from aliasing.errors import AliasingError, InvalidTargetError, NodeError, UnknownNodeError
@@ -91,6 +91,7 @@ __all__ = [
     "build_storage_graph",
     "graphviz_available",
     "plot_timeline",
+    "propagate_fake_values",
     "regions_may_overlap",
     "render_dot",
     "restore_storage_identity",

@@ -1398,7 +1398,7 @@ def analyze(
                 f"{len(missing)} of {total} tensor-valued nodes have no meta['val'] ({shown}): the graph's "
                 "metadata was stripped or never recorded, so their storages are unknown (may alias anything) "
                 "and the clones they touch are kept; re-trace with make_fx or torch.export, or run "
-                "torch.fx.passes.fake_tensor_prop.FakeTensorProp(gm).propagate(*inputs) first",
+                "aliasing.propagate_fake_values(gm, *inputs) first",
                 MissingMetadataWarning,
             )
     return AliasAnalysis(resolved, builder)

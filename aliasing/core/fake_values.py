@@ -53,6 +53,7 @@ __all__ = [
     "identity_restored",
     "keeps_storage_identity",
     "mark_offsets_unknown",
+    "propagate_fake_values",
     "restore_storage_identity",
     "storage_identity_lost",
 ]
@@ -260,6 +261,46 @@ def _propagate(module: torch.fx.GraphModule) -> None:
             elif "val" in n.meta:
                 del n.meta["val"]
         raise
+
+
+def propagate_fake_values(module: torch.fx.GraphModule, *inputs: Any) -> None:
+    """Record a fake value (``meta['val']``) on every node of ``module``'s graph, from example inputs.
+
+    For a graph whose metadata was stripped or never recorded (``torch.fx.symbolic_trace``, a
+    pass that made nodes without it): the inputs, parameters and buffers are faked in one fake
+    mode (the parameters' values are never changed, whatever the graph writes) and the graph
+    is run on them without autograd, so that views share their bases' fake storages as in a
+    trace.
+
+    Example
+    -------
+    >>> class M(torch.nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.cache = torch.nn.Parameter(torch.zeros(4, 8))
+    ...     def forward(self, x):
+    ...         self.cache[0].copy_(x)  # an in-place write into a parameter's view
+    ...         return self.cache.clone() * 2
+    >>> gm = torch.fx.symbolic_trace(M())
+    >>> propagate_fake_values(gm, torch.randn(8))
+    >>> [tuple(n.meta["val"].shape) for n in gm.graph.nodes if n.op == "get_attr"]
+    [(4, 8)]
+    """
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+
+    def fake(value: Any) -> Any:
+        return mode.from_tensor(value) if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor) else value
+
+    class _Prop(FakeTensorProp):
+        def get_attr(self, target: Any, args: Any, kwargs: Any) -> Any:
+            return fake(super().get_attr(target, args, kwargs))
+
+    with torch.no_grad(), computing(mode):
+        _Prop(module, mode).propagate_dont_convert_inputs(*[fake(t) for t in inputs])
+    _RESTORED.add(module.graph)
 
 
 def _refake(value: Any, mode: Any) -> Any:
