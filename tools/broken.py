@@ -8,12 +8,19 @@ within a bounded number of examples:
 - :func:`skipping` builds the library's own pass with some conditions of
   docs/DESIGN.md (C1-C6) not checked (``rewrite.planning.planner.plan_clone_elimination``'s
   ``skip``), for example ``skipping("C2")``;
+- :func:`drop_every_clone` is the naive pass: every clone replaced by its input;
 - :func:`output_only_pass` is the "output-only" rule of the unsafe clone
   elimination that serving engines ship: it looks only at graph outputs and
   removes every same-layout clone unless the clone is returned and its original
   is a graph input. :func:`plan_output_only`, :func:`remove_clones` and
   :func:`output_only_clone_elimination` are its parts; the benchmarks
   (``benchmarks/scaling.py``) compare it with the real pass.
+
+``python -m tools.broken`` prints how long the fuzzer takes to catch the naive pass
+and the one that ignores later writes to a clone's original (C2 skipped):
+:func:`seconds_to_catch`, CPU seconds of a ``@given(programs())`` test of
+:func:`rewrite.testing.check_pass` until it fails, shrinking included, with
+:data:`rewrite.testing.FUZZ_SETTINGS` and with Hypothesis's defaults.
 
 The output-only rule, reimplemented from docs/DESIGN.md's description of the
 unsafe rule vLLM ships, looks at the graph's outputs and inputs and at nothing
@@ -55,7 +62,13 @@ rewrite.errors.NotEquivalent: [output] output 0: values differ ...
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
@@ -70,13 +83,22 @@ from rewrite.planning.decisions import CloneEliminationReport
 from rewrite.planning.planner import plan
 from rewrite.planning.state import CONDITIONS, PlanningState
 
+if TYPE_CHECKING:
+    from hypothesis import settings as Settings
+
+    from rewrite.testing.programs import Program
+
 __all__ = [
     "BROKEN_CONDITIONS",
+    "CATCH_PASSES",
+    "Catch",
+    "drop_every_clone",
     "eliminate_clones_skipping",
     "output_only_clone_elimination",
     "output_only_pass",
     "plan_output_only",
     "remove_clones",
+    "seconds_to_catch",
     "skipping",
 ]
 
@@ -291,3 +313,167 @@ def output_only_pass(gm: torch.fx.GraphModule) -> None:
     1
     """
     output_only_clone_elimination(gm)
+
+
+def drop_every_clone(gm: torch.fx.GraphModule) -> None:
+    """The naive clone elimination (UNSOUND): every ``aten.clone`` replaced by its input.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> gm = make_fx(lambda x: (x.clone(),), tracing_mode="fake")(torch.randn(2))
+    >>> drop_every_clone(gm)
+    >>> "clone" in gm.code
+    False
+    """
+    for node in list(gm.graph.nodes):
+        if node.target is torch.ops.aten.clone.default:
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
+    gm.recompile()
+
+
+def _ignoring_later_writes(program: Program) -> Callable[[torch.fx.GraphModule], None]:
+    return skipping("C2", donated_inputs=program.donated_inputs)
+
+
+#: The wrong passes of the catch-time figure (:func:`seconds_to_catch`), each made for the program
+#: under test: the naive one, and the library's pass without C2 (a write to the original between
+#: the clone and a later read of the clone is ignored).
+CATCH_PASSES: dict[str, Callable[[Program], Callable[[torch.fx.GraphModule], None]]] = {
+    "drop-every-clone": lambda program: drop_every_clone,
+    "ignores-later-writes": _ignoring_later_writes,
+}
+
+
+@dataclass(frozen=True)
+class Catch:
+    """How a ``@given(programs())`` test of a wrong pass ended (:func:`seconds_to_catch`).
+
+    ``cpu_seconds`` is the process's CPU time (``time.process_time``) from the test's call
+    to its failure, generation and shrinking included; ``examples`` the programs the test
+    body checked (shrinking's included); ``first_failure`` the example that failed first
+    (1-based); ``clause`` the reported failure's soundness clause (comma-separated when
+    Hypothesis reports several distinct failures, ``failures_reported`` of them), ``""`` if none.
+    """
+
+    name: str
+    settings: str
+    seed: int
+    caught: bool
+    clause: str
+    cpu_seconds: float
+    examples: int
+    first_failure: int
+    shrunk_ops: int
+    failures_reported: int
+
+
+def _settings_named(name: str) -> Settings:
+    from hypothesis import settings
+
+    from rewrite.testing.programs import FUZZ_SETTINGS
+
+    if name == "fuzz":  # what the README shows: FUZZ_SETTINGS (no example database, to measure)
+        return settings(FUZZ_SETTINGS, database=None)
+    if name == "defaults":  # Hypothesis's defaults, without the deadline (a draw traces a program)
+        return settings(deadline=None, database=None)
+    raise ValueError(f"settings are 'fuzz' or 'defaults', got {name!r}")
+
+
+def seconds_to_catch(name: str, *, seed: int = 0, settings: str = "fuzz") -> Catch:
+    """Run a ``@given(programs())`` test of :func:`rewrite.testing.check_pass` on the wrong pass
+    ``name`` (of :data:`CATCH_PASSES`) under Hypothesis seed ``seed``, until it fails.
+
+    ``settings`` is ``"fuzz"`` (:data:`rewrite.testing.FUZZ_SETTINGS`) or ``"defaults"``
+    (Hypothesis's, without the deadline), both without the example database.
+
+    Examples
+    --------
+    >>> catch = seconds_to_catch("drop-every-clone", seed=1)
+    >>> catch.caught, catch.shrunk_ops <= 3
+    (True, True)
+    """
+    from hypothesis import given
+    from hypothesis import seed as hypothesis_seed
+
+    from rewrite.errors import NotEquivalent
+    from rewrite.testing.programs import check_pass, programs
+
+    make_pass = CATCH_PASSES[name]
+    counts = {"examples": 0, "first": 0, "ops": 0}
+
+    @hypothesis_seed(seed)
+    @_settings_named(settings)
+    @given(programs())
+    def test(program: Program) -> None:
+        counts["examples"] += 1
+        try:
+            check_pass(make_pass(program), program)
+        except NotEquivalent:
+            counts["first"] = counts["first"] or counts["examples"]
+            counts["ops"] = program.num_ops  # the last failure run is the reported one
+            raise
+
+    found: list[NotEquivalent] = []
+    start = time.process_time()
+    try:
+        test()
+    except NotEquivalent as err:
+        found = [err]
+    except Exception as err:  # an ExceptionGroup: Hypothesis's report of several distinct failures
+        found = [e for e in getattr(err, "exceptions", ()) if isinstance(e, NotEquivalent)]
+        if not found:
+            raise
+    seconds = time.process_time() - start
+    clause = ",".join(sorted({e.clause for e in found}))
+    return Catch(
+        name, settings, seed, bool(found), clause, seconds, counts["examples"], counts["first"], counts["ops"], len(found)
+    )
+
+
+def _warm_up() -> float:
+    """CPU seconds of the first program drawn, traced and checked in this process (torch's lazy imports)."""
+    from rewrite.testing.programs import check_pass, sample_programs
+
+    start = time.process_time()
+    for program in sample_programs(1, seed=0):
+        check_pass(lambda gm: None, program)
+    return time.process_time() - start
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tools.broken [--seeds N] [--settings fuzz defaults] [--passes ...]``: the CPU seconds
+    the fuzzer takes to catch each wrong pass of :data:`CATCH_PASSES` (a line each, then the
+    figures as one JSON line); returns 1 if a pass was not caught."""
+    parser = argparse.ArgumentParser(prog="python -m tools.broken", description=main.__doc__)
+    parser.add_argument("--seeds", type=int, default=3, metavar="N", help="Hypothesis seeds 0 .. N-1 (default 3)")
+    parser.add_argument("--settings", nargs="+", choices=("fuzz", "defaults"), default=["fuzz", "defaults"])
+    parser.add_argument("--passes", nargs="+", choices=tuple(CATCH_PASSES), default=list(CATCH_PASSES))
+    args = parser.parse_args(argv)
+    if args.seeds < 1:
+        parser.error("--seeds must be at least 1")
+    warm_up = _warm_up()
+    print(f"warm-up (first program traced and checked): {warm_up:.1f} s CPU", file=sys.stderr)
+    catches: list[Catch] = []
+    for name in args.passes:
+        for which in args.settings:
+            for seed in range(args.seeds):
+                catch = seconds_to_catch(name, seed=seed, settings=which)
+                catches.append(catch)
+                verdict = f"caught ({catch.clause})" if catch.caught else "NOT CAUGHT"
+                print(
+                    f"{name:<21} {which:<8} seed {seed}: {catch.cpu_seconds:6.1f} s CPU, {catch.examples:4d} programs "
+                    f"(first failure: #{catch.first_failure}, shrunk to {catch.shrunk_ops} statements), {verdict}",
+                    flush=True,
+                )
+    summary: dict[str, Any] = {"warm_up_cpu_seconds": round(warm_up, 2), "catches": [asdict(c) for c in catches]}
+    for c in summary["catches"]:
+        c["cpu_seconds"] = round(c["cpu_seconds"], 2)
+    print(json.dumps(summary, sort_keys=True))
+    return 0 if all(c.caught for c in catches) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -56,10 +56,12 @@ import multiprocessing.connection
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
+import types
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -292,6 +294,32 @@ def _read_file(path: Path) -> tuple[dict[str, Any], list[Outcome], int]:
     return header, outcomes, end
 
 
+def _shown(value: Any) -> str:
+    """A setting's value as JSON (``null``, ``[0, 3]``, ``"fake"``): as the results files hold it."""
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        return f"{value[0]}/{value[1]}" if value[0] >= 1 and value[1] >= value[0] else json.dumps(value)
+    return json.dumps(value, sort_keys=True)
+
+
+def settings_difference(there: dict[str, Any], here: dict[str, Any]) -> str:
+    """Only the settings that differ, by sorted key: ``"examples 3, not 25; max_ops 5, not 10"``
+    (``there``'s value first; a setting one side lacks is ``unset``).
+
+    Examples
+    --------
+    >>> settings_difference({"b": 1, "a": 2, "c": 3}, {"c": 3, "a": 2, "b": 5, "d": True})
+    'b 1, not 5; d unset, not true'
+    """
+    missing = object()
+    parts = []
+    for key in sorted(set(there) | set(here)):
+        a, b = there.get(key, missing), here.get(key, missing)
+        if a != b:
+            parts.append(f"{key} {'unset' if a is missing else json.dumps(a, sort_keys=True)}, "
+                         f"not {'unset' if b is missing else json.dumps(b, sort_keys=True)}")
+    return "; ".join(parts)
+
+
 class _ResultsFile:
     """A results file being written: the header, then one outcome a line, each flushed."""
 
@@ -303,9 +331,12 @@ class _ResultsFile:
             found, outcomes, end = _read_file(path)
             for field in ("tool", "settings", "shard"):
                 if found.get(field) != header[field]:
+                    if field == "settings" and isinstance(found.get(field), dict):
+                        what = f"other settings ({settings_difference(found[field], header[field])})"
+                    else:
+                        what = f"another {field} ({_shown(found.get(field))}, not {_shown(header[field])})"
                     raise CampaignError(
-                        f"{path} holds a campaign with another {field} ({found.get(field)!r}, not {header[field]!r}): "
-                        "resume with the same settings, or write to another file"
+                        f"{path} holds a campaign with {what}: resume with the same settings, or write to another file"
                     )
             self.done = {o.key: o for o in outcomes}
             with path.open("r+b") as f:  # drop a line a kill cut short
@@ -383,7 +414,9 @@ def merge_results(
         if settings is None:
             settings = header["settings"]
         elif header["settings"] != settings:
-            raise CampaignError(f"{path} was run with other settings than {paths[0]}: {header['settings']!r}")
+            raise CampaignError(
+                f"{path} was run with other settings than {paths[0]}: {settings_difference(header['settings'], settings)}"
+            )
         part = (int(header["shard"][0]), int(header["shard"][1])) if header["shard"] else None
         shards.append((Path(path), part, found))
     assert settings is not None
@@ -397,11 +430,37 @@ def merge_results(
             if known is not None and known != dataclasses.replace(o, seconds=known.seconds, cpu_seconds=known.cpu_seconds):
                 raise CampaignError(f"{path}: item {o.key!r} recorded twice with different outcomes")
             outcomes[o.key] = o
-    missing = [i.key for i in every if i.key not in outcomes]
+    missing = {i.key for i in every if i.key not in outcomes}
     if missing and not allow_missing:
-        listed = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
-        raise CampaignError(f"the results files miss {len(missing)} of {len(every)} items ({listed}): a shard not run or not finished")
+        raise CampaignError(_missing_message(every, missing, shards))
     return settings, {i.key: outcomes[i.key] for i in every if i.key in outcomes}
+
+
+def _missing_message(
+    every: Sequence[WorkItem], missing: set[str], shards: Sequence[tuple[Path, tuple[int, int] | None, list[Outcome]]]
+) -> str:
+    """What the results files of a merge lack, in one line: the shards not given or not finished
+    (``shard 3/3 missing``, ``shard 2/3 incomplete: 4 of 7 items``), or the unfinished run."""
+    splits = {part[1] for _, part, _ in shards if part is not None}
+    hint = " (--allow-missing reports the others)"
+    if len(splits) == 1 and all(part is not None for _, part, _ in shards):
+        n = splits.pop()
+        given = {part for _, part, _ in shards}
+        parts = []
+        for k in range(1, n + 1):
+            keys = {i.key for i in shard(every, k, n)}
+            lacking = keys & missing
+            if not lacking:
+                continue
+            if (k, n) in given:
+                parts.append(f"shard {k}/{n} incomplete: {len(keys) - len(lacking)} of {len(keys)} items (resume it)")
+            else:
+                parts.append(f"shard {k}/{n} missing")
+        if parts:
+            return "; ".join(parts) + hint
+    if all(part is None for _, part, _ in shards):
+        return f"the run is incomplete: {len(every) - len(missing)} of {len(every)} items recorded (resume it){hint}"
+    return f"the results files miss {len(missing)} of {len(every)} items: a shard not given or not finished{hint}"
 
 
 # ---------------------------------------------------------------------------
@@ -433,19 +492,46 @@ def _import_modules(modules: Sequence[str]) -> None:
 
 
 def _worker_loop(conn: multiprocessing.connection.Connection, fn: ItemFn, settings: dict[str, Any], imports: tuple[str, ...]) -> None:
-    """A local worker process: import the modules, then run the items sent until ``None``."""
+    """A local worker process: import the modules, then run the items sent until ``None``.
+
+    A worker leaves quietly (no traceback on the terminal the campaign shared) when the
+    campaign's process is gone: it ends, is killed, or closes the pipe. Ctrl-C is the
+    campaign's to handle (it stops the workers), SIGTERM ends a worker at once.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(128 + signum))
+    _exit_with_parent()
     try:
-        _import_modules(imports)
-    except BaseException as err:
-        conn.send(("init-failed", _error_text(err)))
-        return
-    conn.send(("ready", None))
-    while True:
-        message = conn.recv()
-        if message is None:
+        try:
+            _import_modules(imports)
+        except BaseException as err:
+            conn.send(("init-failed", _error_text(err)))
             return
-        key, payload = message
-        conn.send(("done", _call_item(fn, settings, key, payload)))
+        conn.send(("ready", None))
+        while True:
+            message = conn.recv()
+            if message is None:
+                return
+            key, payload = message
+            conn.send(("done", _call_item(fn, settings, key, payload)))
+    except (EOFError, OSError):  # the campaign's end of the pipe is closed: it is gone
+        os._exit(0)
+
+
+def _exit_with_parent() -> None:
+    """Leave this worker at once when the process that started it dies (SIGTERM, SIGKILL...),
+    rather than finishing an item nobody will read and failing on the pipe."""
+    parent = multiprocessing.parent_process()
+    sentinel = getattr(parent, "sentinel", None)
+    if sentinel is None:
+        return
+
+    def watch() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            multiprocessing.connection.wait([sentinel])
+        os._exit(0)
+
+    threading.Thread(target=watch, name="fx-aliasing-campaign-watchdog", daemon=True).start()
 
 
 def _importable(fn: ItemFn) -> ItemFn:
@@ -539,12 +625,33 @@ def _process_context(fn: ItemFn, imports: tuple[str, ...]) -> Any:
     server imports torch and the modules once (those of the first campaign of this process),
     and each worker is a fork of it, never of this process (whose OpenMP and other threads a
     fork would not carry); ``spawn`` elsewhere. Each worker imports the modules again in any
-    case (a no-op after the preload)."""
+    case (a no-op after the preload).
+
+    When ``fn``'s module is this process's ``__main__`` (``python -m tools.soak``), each worker
+    runs that module again as ``__mp_main__`` before its first item (multiprocessing does, to
+    unpickle what ``__main__`` defines), and runpy warns if the module is imported already: the
+    server then preloads the modules it imports, not the module itself."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["torch", "tools.campaign", fn.__module__, *imports])
+    main = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None)
+    own = [fn.__module__] if fn.__module__ != main else _imported_by(fn.__module__)
+    context.set_forkserver_preload(list(dict.fromkeys(["torch", "tools.campaign", *own, *imports])))
     return context
+
+
+def _imported_by(name: str) -> list[str]:
+    """The modules that module ``name``'s top-level names come from (modules it imports, and the
+    modules of the functions and classes it imports), ``name`` and the interpreter's own left out."""
+    module = sys.modules.get(name)
+    found: list[str] = []
+    for value in vars(module).values() if module is not None else ():
+        source = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+        if not isinstance(source, str) or source == name or source.startswith("_") or source == "builtins":
+            continue
+        if source in sys.modules and source not in found:
+            found.append(source)
+    return found
 
 
 class _LocalProcesses(_Executor):
@@ -631,6 +738,8 @@ class _LocalProcesses(_Executor):
             if w.task is None:
                 with contextlib.suppress(Exception):
                     w.conn.send(None)
+            else:  # an item still running (the campaign was stopped): nobody will read its outcome
+                self._retire(w)
         deadline = time.monotonic() + 10
         for w in list(self.workers):
             w.process.join(max(0.0, deadline - time.monotonic()))
@@ -809,12 +918,31 @@ def run_campaign(
         return None
 
     try:
-        _drive(executor, next_new_task, record, options.item_timeout)
+        with _terminated_as_exit():
+            _drive(executor, next_new_task, record, options.item_timeout)
     finally:
         executor.close()
         if results is not None:
             results.close()
     return CampaignRun(done, tuple(not_started), resumed, time.monotonic() - start)
+
+
+@contextlib.contextmanager
+def _terminated_as_exit() -> Iterator[None]:
+    """SIGTERM raises ``SystemExit(143)`` in the block (main thread, default handler only), so
+    that the campaign stops its workers and closes its results file before it exits quietly."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _executor(fn: ItemFn, settings: dict[str, Any], options: CampaignOptions) -> _Executor:
@@ -944,5 +1072,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return tool_main(["--merge", *map(str, args.results), *rest])
 
 
+def _cli() -> int:
+    """``python -m tools.campaign``: :func:`main`, a :class:`CampaignError` as one line (exit 2)."""
+    try:
+        return main()
+    except CampaignError as err:
+        print(f"python -m tools.campaign: error: {err}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_cli())

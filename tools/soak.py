@@ -31,7 +31,18 @@ included; clones seen, removed and kept are summed over those programs;
 ``failures`` counts failing rounds by check (at most 20 repro files per check);
 ``rounds_failed`` counts rounds that did not run to their end (a harness error,
 a worker that died or ran past ``--item-timeout``); ``minutes`` sums the rounds'
-times.
+times. While it runs, a progress line goes to stderr every ``--progress`` seconds
+(default 30; 0: none): rounds done (of those planned), programs, failures.
+
+``--pass MODULE:FUNCTION`` checks your own pass instead of the library's: the
+function (or an instance of the class, made with no arguments) is imported in this
+process and in every worker, and called as :func:`rewrite.testing.check_pass` calls a
+pass: on a copy of each program's ``GraphModule`` (or its ``Graph``, for a pass
+annotated ``torch.fx.Graph`` or with a ``uuid()`` method, as Inductor's custom passes),
+with ``donated_inputs=`` the program's donated inputs if it takes that keyword. The
+checks are then ``raises`` (the pass raises, or leaves a graph that fails
+``graph.lint()``) and ``equivalence``; clones seen and removed are counted from the
+graphs. The repro files load the pass and check it again (run them where the soak ran).
 
 Examples
 --------
@@ -43,6 +54,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import importlib
+import inspect
 import itertools
 import json
 import os
@@ -60,17 +74,34 @@ from hypothesis import seed as hypothesis_seed
 import aliasing
 import rewrite
 from aliasing.verification.oracle import check_analysis
+from rewrite.errors import NotEquivalent
+from rewrite.planning.candidates import is_clone_candidate
 from rewrite.testing.equivalence import OracleError, check_equivalent, copy_program
-from rewrite.testing.programs import Program, programs
+from rewrite.testing.programs import Program, check_pass, programs
+from rewrite.testing.programs.checking import PassFn
 from rewrite.testing.programs.program import TRACING_MODES
 from tools import campaign
 from tools.campaign import CampaignError, CampaignOptions, Outcome, WorkItem
 from tools.errors import SoakError, SoakFailure
 
-__all__ = ["CHECKS", "TOOL", "Figures", "SoakError", "SoakFailure", "check_program", "main", "run_campaign"]
+__all__ = [
+    "CHECKS",
+    "PASS_CHECKS",
+    "TOOL",
+    "Figures",
+    "SoakError",
+    "SoakFailure",
+    "check_program",
+    "check_user_pass",
+    "load_pass",
+    "main",
+    "run_campaign",
+]
 
 #: The checks run on each program, in order.
 CHECKS: tuple[str, ...] = ("analysis", "raises", "equivalence", "idempotence")
+#: The checks run on each program for a pass of your own (``--pass``).
+PASS_CHECKS: tuple[str, ...] = ("raises", "equivalence")
 
 _EXAMPLES_PER_ROUND = 25
 _MAX_REPROS_PER_CHECK = 20  # later failures of the same check are counted, not written
@@ -84,6 +115,7 @@ class Figures:
     minutes: float = 0.0
     seed: int = 0
     tracing_mode: str = "fake"
+    pass_spec: str = ""  # ``--pass MODULE:FUNCTION``; "" for the library's pass
     rounds: int = 0
     rounds_failed: int = 0
     programs_run: int = 0
@@ -99,7 +131,8 @@ class Figures:
         removed = self.clones_removed / self.clones_seen * 100 if self.clones_seen else 0.0
         lines = [
             f"soak: {self.minutes:.1f} min, seed {self.seed}, {self.rounds} rounds"
-            + (f" ({self.rounds_failed} did not run to their end)" if self.rounds_failed else ""),
+            + (f" ({self.rounds_failed} did not run to their end)" if self.rounds_failed else "")
+            + (f", pass {self.pass_spec}" if self.pass_spec else ""),
             f"programs run:    {self.programs_run} ({self.statements} statements)",
             f"clones seen:     {self.clones_seen}",
             f"clones removed:  {self.clones_removed} ({removed:.1f}%)",
@@ -156,6 +189,142 @@ def check_program(program: Program) -> tuple[int, int]:
     return len(report.decisions), len(report.removed)
 
 
+def load_pass(spec: str) -> PassFn:
+    """The pass ``spec`` names: ``MODULE:FUNCTION`` (``FUNCTION`` may be dotted, ``Class.method``);
+    a class is instantiated with no arguments (Inductor's custom passes are classes).
+
+    Raises
+    ------
+    SoakError
+        For a spec not of that form, a module that does not import, a missing name or
+        something not callable: one line, naming what is wrong.
+
+    Examples
+    --------
+    >>> load_pass("tools.broken:drop_every_clone").__name__
+    'drop_every_clone'
+    >>> load_pass("tools.broken")
+    Traceback (most recent call last):
+    ...
+    tools.errors.SoakError: 'tools.broken' is not MODULE:FUNCTION (e.g. mypkg.passes:my_pass)
+    """
+    module_name, sep, name = spec.partition(":")
+    if not sep or not module_name.strip() or not name.strip():
+        raise SoakError(f"{spec!r} is not MODULE:FUNCTION (e.g. mypkg.passes:my_pass)")
+    try:
+        found: Any = importlib.import_module(module_name)
+    except Exception as err:  # ImportError, or anything the module raises while it imports
+        raise SoakError(f"cannot import {module_name!r}: {type(err).__name__}: {err}") from None
+    for part in name.split("."):
+        if not hasattr(found, part):
+            raise SoakError(f"module {module_name!r} has no {name!r}") from None
+        found = getattr(found, part)
+    if isinstance(found, type):
+        try:
+            found = found()
+        except Exception as err:
+            raise SoakError(f"cannot make a {spec} with no arguments: {type(err).__name__}: {err}") from None
+    if not callable(found):
+        raise SoakError(f"{spec} is a {type(found).__name__}, not a callable pass")
+    pass_fn: PassFn = found
+    return pass_fn
+
+
+@functools.lru_cache(maxsize=8)
+def _loaded(spec: str) -> PassFn:
+    return load_pass(spec)
+
+
+def _takes_donated(pass_fn: PassFn) -> bool:
+    try:
+        return "donated_inputs" in inspect.signature(pass_fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _for_program(pass_fn: PassFn, donated: tuple[int, ...]) -> PassFn:
+    """``pass_fn`` with ``donated_inputs=donated`` if it takes that keyword (not for an Inductor
+    pass object: its ``uuid()`` says it takes a Graph, which a ``partial`` would hide)."""
+    if callable(getattr(pass_fn, "uuid", None)) or not _takes_donated(pass_fn):
+        return pass_fn
+    takes_donated: Any = pass_fn  # (a pass with the keyword, whichever its first argument)
+    bound: PassFn = functools.partial(takes_donated, donated_inputs=donated)
+    return bound
+
+
+def _clones(gm: torch.fx.GraphModule) -> int:
+    return sum(1 for node in gm.graph.nodes if is_clone_candidate(node))
+
+
+def check_user_pass(program: Program, spec: str) -> tuple[int, int]:
+    """Check the pass ``spec`` (``--pass``) on ``program`` with :func:`rewrite.testing.check_pass`;
+    return (clones in the program, clones the pass removed).
+
+    Raises
+    ------
+    SoakFailure
+        ``equivalence`` when the rewritten program differs (or the oracle cannot judge it),
+        ``raises`` when the pass raises or its graph fails ``graph.lint()``.
+
+    Examples
+    --------
+    >>> from hypothesis import find
+    >>> program = find(programs(max_ops=3), lambda p: True)
+    >>> check_user_pass(program, "tools.broken:output_only_pass")[0] >= 0
+    True
+    """
+    pass_fn = _for_program(_loaded(spec), program.donated_inputs)
+    try:
+        rewritten = check_pass(pass_fn, program)
+    except NotEquivalent as err:
+        raise SoakFailure("equivalence", _without_source(str(err))) from err
+    except OracleError as err:  # not a verdict on the pass: the program cannot be judged
+        raise SoakFailure("equivalence", f"the oracle cannot judge this program: {_without_source(str(err))}") from err
+    except Exception as err:  # the pass raised, or its graph fails lint (strict)
+        raise SoakFailure("raises", f"{type(err).__name__}: {_without_source(str(err))}") from err
+    seen = _clones(program.graph_module)
+    return seen, max(0, seen - _clones(rewritten))
+
+
+def _without_source(message: str) -> str:
+    """``check_pass``'s message without the program's source (the repro file holds it already)."""
+    head, sep, rest = message.partition("\n\nstandalone repro of the program:\n")
+    if not sep:
+        return message
+    _, sep, graph = rest.partition("\n\nrewritten graph:\n")
+    return head + (f"\n\nrewritten graph:\n{graph}" if sep else "")
+
+
+_PASS_CHECK_CODE = """\
+import functools
+import importlib
+import inspect
+import os
+import sys
+import types
+
+from rewrite.testing import check_pass
+
+# the pass of --pass, loaded as the soak loaded it (run this where the soak ran, so that it imports)
+sys.path[:0] = [os.getcwd()]
+module, _, name = {spec!r}.partition(":")
+pass_fn = importlib.import_module(module)
+for part in name.split("."):
+    pass_fn = getattr(pass_fn, part)
+if isinstance(pass_fn, type):
+    pass_fn = pass_fn()
+if not callable(getattr(pass_fn, "uuid", None)) and "donated_inputs" in inspect.signature(pass_fn).parameters:
+    pass_fn = functools.partial(pass_fn, donated_inputs=DONATED_INPUTS)
+program = types.SimpleNamespace(
+    graph_module=gm,
+    donated_inputs=DONATED_INPUTS,
+    input_sets=globals().get("input_sets", [make_inputs]),
+    source=lambda: "(this file)",
+)
+print(check_pass(pass_fn, program).code)  # raises as the soak's check did
+"""
+
+
 _CHECK_CODE = {
     "analysis": """\
 import aliasing
@@ -193,13 +362,13 @@ assert not second.removed, "a second run removed clones"
 }
 
 
-def repro_source(program: Program, failure: SoakFailure) -> str:
-    """A standalone script: the program, then the check that failed (with its message as comments)."""
+def repro_source(program: Program, failure: SoakFailure, pass_spec: str = "") -> str:
+    """A standalone script: the program, then the check that failed (with its message as comments);
+    for a pass of your own (``pass_spec``, ``--pass``), the script runs that pass."""
     message = "\n".join(f"# {line}".rstrip() for line in str(failure).splitlines())
-    return (
-        f"# fx-aliasing soak failure: {failure.check}\n{message}\n\n"
-        f"{program.source()}\n# --- the failing check ---\n{_CHECK_CODE[failure.check]}"
-    )
+    check = _PASS_CHECK_CODE.format(spec=pass_spec) if pass_spec else _CHECK_CODE[failure.check]
+    header = f"# fx-aliasing soak failure: {failure.check}" + (f" (pass {pass_spec})" if pass_spec else "")
+    return f"{header}\n{message}\n\n{program.source()}\n# --- the failing check ---\n{check}"
 
 
 def _write_repro(out: str, check: str, source: str, index: int) -> str:
@@ -230,6 +399,9 @@ def _round(config: dict[str, Any], seed: int) -> dict[str, Any]:
     """
     failing: list[tuple[Program, SoakFailure]] = []
     counts = {"programs": 0, "statements": 0, "seen": 0, "removed": 0}
+    spec: str = config.get("pass", "")
+    if spec:
+        _loaded(spec)  # a pass that cannot load is the round's harness error, before any program
 
     @hypothesis_seed(seed)
     @settings(
@@ -252,7 +424,7 @@ def _round(config: dict[str, Any], seed: int) -> dict[str, Any]:
         counts["programs"] += 1
         counts["statements"] += program.num_ops
         try:
-            seen, removed = check_program(program)
+            seen, removed = check_user_pass(program, spec) if spec else check_program(program)
         except SoakFailure as failure:
             failing.append((program, failure))  # the last one is Hypothesis's shrunk example
             raise
@@ -265,7 +437,7 @@ def _round(config: dict[str, Any], seed: int) -> dict[str, Any]:
         one_round()
     except SoakFailure:
         program, found = failing[-1]
-        failure = {"check": found.check, "repro": repro_source(program, found)}
+        failure = {"check": found.check, "repro": repro_source(program, found, spec)}
     except Exception:  # a generator or harness error: reported, and the campaign goes on
         harness_error = traceback.format_exc()
     return {**counts, "failure": failure, "harness_error": harness_error}
@@ -288,7 +460,11 @@ def _endless(first: int) -> Iterator[WorkItem]:
 def _fold(settings: dict[str, Any], outcomes: dict[str, Outcome], *, out: str, echo: bool) -> Figures:
     """The figures of a campaign's rounds, in seed order (whatever order they finished in);
     writes the repro files of failing rounds to ``out``."""
-    figures = Figures(seed=settings["seeds"][0], tracing_mode=settings["tracing_mode"])
+    spec = settings.get("pass", "")
+    checks = PASS_CHECKS if spec else CHECKS
+    figures = Figures(
+        seed=settings["seeds"][0], tracing_mode=settings["tracing_mode"], pass_spec=spec, failures=dict.fromkeys(checks, 0)
+    )
     for outcome in sorted(outcomes.values(), key=lambda o: int(o.key.split("-")[1])):
         figures.rounds += 1
         if outcome.status != "ok":
@@ -330,6 +506,8 @@ def run_campaign(
     examples: int = _EXAMPLES_PER_ROUND,
     campaign_options: CampaignOptions | None = None,
     untrusted_ops: bool = False,
+    pass_spec: str = "",
+    progress_every: float | None = None,
 ) -> Figures:
     """Draw and check programs; return the figures (see the module docstring).
 
@@ -337,7 +515,9 @@ def run_campaign(
     time is up; a round started before then runs to its end), or for exactly
     ``rounds`` rounds of seeds ``seed .. seed + rounds - 1``: a fixed set of items,
     whose figures are the same whatever ``campaign_options`` (worker processes,
-    shards, a resumed results file, Ray) run them.
+    shards, a resumed results file, Ray) run them. ``pass_spec`` (``MODULE:FUNCTION``)
+    checks that pass instead of the library's (:func:`check_user_pass`);
+    ``progress_every`` prints a progress line to stderr at most every so many seconds.
 
     Examples
     --------
@@ -358,6 +538,9 @@ def run_campaign(
     settings = {"max_ops": max_ops, "tracing_mode": tracing_mode, "examples": examples, "seeds": [seed, last]}
     if untrusted_ops:  # (only when on: results files of earlier soaks keep their settings)
         settings["untrusted_ops"] = True
+    if pass_spec:  # (likewise)
+        load_pass(pass_spec)  # here first: a bad spec is one error, not one per round
+        settings["pass"] = pass_spec
     if rounds is not None:
         items: Iterable[WorkItem] = _work_items(settings)
     else:
@@ -366,11 +549,44 @@ def run_campaign(
         assert minutes is not None
         items = _endless(seed)
         options = dataclasses.replace(options, time_budget=minutes * 60)
+    progress = _Progress(progress_every, minutes, PASS_CHECKS if pass_spec else CHECKS) if progress_every else None
     try:
-        run = campaign.run_campaign(_round, items, settings=settings, tool=TOOL, options=options)
+        run = campaign.run_campaign(_round, items, settings=settings, tool=TOOL, options=options, progress=progress)
     except CampaignError as err:
         raise SoakError(str(err)) from err
     return _fold(settings, run.outcomes, out=out, echo=echo)
+
+
+class _Progress:
+    """The campaign's progress callback: a line to stderr at most every ``every`` seconds,
+    ``soak: 12/40 rounds, 310 programs, failures: equivalence 1 (2.0 min)``."""
+
+    def __init__(self, every: float, minutes: float | None, checks: Sequence[str]) -> None:
+        self.every, self.minutes = every, minutes
+        self.start = self.last = time.monotonic()
+        self.programs = 0
+        self.failures = dict.fromkeys(checks, 0)
+        self.not_ok = 0
+
+    def __call__(self, outcome: Outcome, done: int, total: int | None) -> None:
+        value = outcome.value if outcome.status == "ok" and isinstance(outcome.value, dict) else None
+        if value is None:
+            self.not_ok += 1
+        else:
+            self.programs += int(value.get("programs", 0))
+            failure = value.get("failure")
+            if failure is not None and failure.get("check") in self.failures:
+                self.failures[failure["check"]] += 1
+        now = time.monotonic()
+        if now - self.last < self.every:
+            return
+        self.last = now
+        elapsed = (now - self.start) / 60
+        rounds = f"{done}/{total} rounds" if total is not None else f"{done} round{'s' if done != 1 else ''}"
+        clock = f"{elapsed:.1f} of {self.minutes:g} min" if self.minutes is not None else f"{elapsed:.1f} min"
+        failed = ", ".join(f"{k} {v}" for k, v in self.failures.items())
+        broken = f", {self.not_ok} did not run to their end" if self.not_ok else ""
+        print(f"soak: {rounds}, {self.programs} programs, failures: {failed}{broken} ({clock})", file=sys.stderr, flush=True)
 
 
 def _seed_range(text: str) -> tuple[int, int]:
@@ -398,7 +614,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.precision:
         if args.minutes is None:
             parser.error("--precision runs for --minutes")
+        if args.pass_spec is not None:
+            parser.error("--precision measures the library's pass; --pass checks the soundness of yours")
         return _precision_campaign(args.minutes, args.seed, args.max_ops, args.min_programs)
+    if args.pass_spec is not None:
+        try:
+            load_pass(args.pass_spec)
+        except SoakError as err:
+            return _error(f"argument --pass: {err}")
+    if args.progress < 0:
+        parser.error("--progress must be at least 0")
     seed, rounds = _first_seed_and_rounds(parser, args)
     try:
         figures = run_campaign(
@@ -411,10 +636,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             examples=args.examples,
             campaign_options=campaign.options_from_args(args),
             untrusted_ops=args.untrusted_ops,
+            pass_spec=args.pass_spec or "",
+            progress_every=args.progress or None,
         )
     except SoakError as err:
-        parser.error(str(err))
+        return _error(str(err))
     return _print_figures(figures)
+
+
+def _error(message: str) -> int:
+    """A campaign's error as one line on stderr (no usage text: the command line was well formed); exit status 2."""
+    print(f"python -m tools.soak: error: {message}", file=sys.stderr)
+    return 2
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -442,6 +675,22 @@ def _parser() -> argparse.ArgumentParser:
         "(einsum, atleast_2d, sum_to_size, dequantize...) and unsafe_split (programs(allow_untrusted_ops=True))",
     )
     parser.add_argument(
+        "--pass",
+        dest="pass_spec",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="check this pass instead of the library's: a function (or a class, made with no arguments) "
+        "taking a GraphModule or a Graph, as rewrite.testing.check_pass calls it, with donated_inputs= "
+        "if it takes that keyword",
+    )
+    parser.add_argument(
+        "--progress",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="print a progress line to stderr at most every S seconds (default 30; 0: none)",
+    )
+    parser.add_argument(
         "--precision",
         action="store_true",
         help="measure eliminate_clones against the greedy dynamic oracle instead "
@@ -462,8 +711,8 @@ def _merge(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``--merge``: print the figures of shards' results files (repro files of failing rounds to ``--out``)."""
     try:
         settings, outcomes = campaign.merge_results(args.merge, tool=TOOL, items=_work_items, allow_missing=args.allow_missing)
-    except CampaignError as err:
-        parser.error(str(err))
+    except (CampaignError, OSError) as err:
+        return _error(str(err))
     return _print_figures(_fold(settings, outcomes, out=args.out, echo=True))
 
 

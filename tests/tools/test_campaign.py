@@ -118,17 +118,47 @@ def test_a_worker_that_cannot_import_its_modules_stops_the_campaign() -> None:
 def test_a_results_file_of_other_settings_is_refused(tmp_path: Path) -> None:
     results = tmp_path / "r.jsonl"
     run_campaign(misbehave, [WorkItem("x", "x")], settings={"a": 1}, tool="test", options=CampaignOptions(results=results))
-    with pytest.raises(CampaignError, match="another settings"):
+    with pytest.raises(CampaignError, match=r"other settings \(a 1, not 2\)"):
         run_campaign(misbehave, [WorkItem("x", "x")], settings={"a": 2}, tool="test", options=CampaignOptions(results=results))
     again = run_campaign(misbehave, [WorkItem("x", "x"), WorkItem("y", "y")], settings={"a": 1}, tool="test", options=CampaignOptions(results=results))
     assert again.resumed == 1 and set(again.outcomes) == {"x", "y"}
+
+
+def test_settings_that_differ_are_named_alone_in_key_order(tmp_path: Path) -> None:
+    """A resume or a merge of other settings names only the settings that differ, sorted by key."""
+    results = tmp_path / "r.jsonl"
+    before = {"seeds": [0, 3], "max_ops": 5, "examples": 3, "tracing_mode": "fake"}
+    run_campaign(misbehave, [WorkItem("x", "x")], settings=before, tool="test", options=CampaignOptions(results=results))
+    after = {"tracing_mode": "fake", "examples": 25, "seeds": [0, 3], "max_ops": 10, "untrusted_ops": True}
+    with pytest.raises(CampaignError) as info:
+        run_campaign(misbehave, [WorkItem("x", "x")], settings=after, tool="test", options=CampaignOptions(results=results))
+    assert "(examples 3, not 25; max_ops 5, not 10; untrusted_ops unset, not true)" in str(info.value)
+    assert "seeds" not in str(info.value) and "tracing_mode" not in str(info.value)
+    other = tmp_path / "other.jsonl"
+    run_campaign(misbehave, [WorkItem("x", "x")], settings=after, tool="test", options=CampaignOptions(results=other))
+    with pytest.raises(CampaignError, match=r"other settings than .*r\.jsonl: examples 25, not 3; max_ops 10, not 5; untrusted_ops true, not unset$"):
+        merge_results([results, other], tool="test", items=lambda s: [WorkItem("x", "x")])
+
+
+def test_an_unfinished_shard_or_run_is_named(tmp_path: Path) -> None:
+    items = [WorkItem(n, n) for n in "abcdefg"]
+    run_campaign(misbehave, items, settings={}, tool="test", options=CampaignOptions(shard=(1, 2), results=tmp_path / "1.jsonl"))
+    partial = tmp_path / "2.jsonl"
+    run_campaign(misbehave, items, settings={}, tool="test", options=CampaignOptions(shard=(2, 2), results=partial))
+    partial.write_text("\n".join(partial.read_text().splitlines()[:2]) + "\n")  # the header and one item of three
+    with pytest.raises(CampaignError, match=r"^shard 2/2 incomplete: 1 of 3 items \(resume it\)"):
+        merge_results([tmp_path / "1.jsonl", partial], tool="test", items=lambda s: items)
+    whole = tmp_path / "whole.jsonl"
+    run_campaign(misbehave, items[:5], settings={}, tool="test", options=CampaignOptions(results=whole))
+    with pytest.raises(CampaignError, match=r"^the run is incomplete: 5 of 7 items recorded"):
+        merge_results([whole], tool="test", items=lambda s: items)
 
 
 def test_merge_refuses_missing_and_foreign_items(tmp_path: Path) -> None:
     items = [WorkItem(n, n) for n in "abcde"]
     for k in (1, 2):
         run_campaign(misbehave, items, settings={}, tool="test", options=CampaignOptions(shard=(k, 3), results=tmp_path / f"{k}.jsonl"))
-    with pytest.raises(CampaignError, match="miss 1 of 5"):
+    with pytest.raises(CampaignError, match=r"^shard 3/3 missing \(--allow-missing"):
         merge_results([tmp_path / "1.jsonl", tmp_path / "2.jsonl"], tool="test", items=lambda s: items)
     _, partial = merge_results([tmp_path / "1.jsonl", tmp_path / "2.jsonl"], tool="test", items=lambda s: items, allow_missing=True)
     assert len(partial) == 4
@@ -256,6 +286,91 @@ def test_a_killed_soak_resumes_to_the_same_totals(soak_reference: dict[str, Any]
     assert 2 <= recorded < 4
     assert _soak_figures(capsys, [*SOAK_SLICE, "--results", str(results)]) == soak_reference
     assert len(results.read_text().splitlines()) == 1 + 4  # the resumed run added only the rest
+
+
+PASS_SLICE = ["--seeds", "0..1", "--examples", "6", "--max-ops", "5", "--progress", "0"]
+
+
+def test_soak_checks_a_pass_of_your_own(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--pass MODULE:FUNCTION``: a wrong pass fails the soak with repro files that fail again; the
+    library's own pass, given as a pass of one's own (it takes ``donated_inputs=``), is clean."""
+    out = tmp_path / "repros"
+    assert soak.main([*PASS_SLICE, "--pass", "tools.broken:drop_every_clone", "--out", str(out)]) == 1
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert figures["pass_spec"] == "tools.broken:drop_every_clone"
+    assert set(figures["failures"]) == set(soak.PASS_CHECKS) and figures["failures"]["equivalence"] >= 1
+    repro = Path(figures["repro_files"][0])
+    assert "(pass tools.broken:drop_every_clone)" in repro.read_text()
+    again = subprocess.run([sys.executable, str(repro)], capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
+    assert again.returncode != 0 and "rewrite.errors.NotEquivalent" in again.stderr, again.stderr[-2000:]
+
+    assert soak.main([*PASS_SLICE, "--pass", "rewrite:eliminate_clones", "--out", str(tmp_path / "clean")]) == 0
+    clean = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert clean["failures"] == {"raises": 0, "equivalence": 0} and clean["clones_removed"] > 0
+    assert not (tmp_path / "clean").exists()
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [("nocolon", "is not MODULE:FUNCTION"), ("no_such_module_here:f", "cannot import 'no_such_module_here'"),
+     ("tools.broken:no_such_pass", "has no 'no_such_pass'"), ("tools.broken:BROKEN_CONDITIONS", "not a callable pass")],
+)
+def test_a_bad_pass_spec_is_one_line(spec: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert soak.main(["--rounds", "1", "--pass", spec]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("python -m tools.soak: error: argument --pass: ") and says in err, err
+
+
+def test_the_soak_prints_its_progress(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert soak.main(["--seeds", "0..1", "--examples", "2", "--max-ops", "3", "--progress", "0.001", "--out", str(tmp_path)]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("soak: ")]
+    assert lines[-1].startswith("soak: 2/2 rounds, ") and "programs, failures: analysis 0, raises 0" in lines[-1], lines
+
+
+def test_merging_with_a_shard_missing_says_so_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = [str(tmp_path / f"{k}.jsonl") for k in (1, 2)]
+    for k, path in enumerate(files, start=1):
+        _soak_figures(capsys, ["--seeds", "0..2", "--examples", "2", "--max-ops", "3", "--shard", f"{k}/3", "--results", path])
+    assert campaign.main(["merge", *files]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == "python -m tools.soak: error: shard 3/3 missing (--allow-missing reports the others)\n"
+
+
+@pytest.mark.integration  # worker processes
+def test_soak_workers_start_without_warnings() -> None:
+    """The workers run ``tools.soak`` again as ``__mp_main__``: the forkserver must not have imported it
+    under its own name first (runpy's RuntimeWarning, once per worker)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.soak", "--seeds", "0..1", "--examples", "2", "--max-ops", "3", "--jobs", "2", "--progress", "0"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, check=True,
+    )
+    assert "Warning" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.integration  # worker processes
+def test_a_terminated_soak_stops_its_workers_quietly(tmp_path: Path) -> None:
+    """``kill -TERM`` of a soak with workers: it stops them and exits (143) with nothing on stderr, and
+    no worker lives on to print a BrokenPipeError traceback into whatever runs next."""
+    results = tmp_path / "terminated.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tools.soak", "--seeds", "0..40", "--examples", "25", "--jobs", "2", "--progress", "0",
+         "--results", str(results), "--out", str(tmp_path)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            if results.exists() and len(results.read_text().splitlines()) >= 2:  # the header and a round
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be terminated"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)  # until every process sharing the pipe (the workers too) is gone
+    finally:
+        proc.kill()
+        proc.wait(30)
+    assert proc.returncode == 128 + signal.SIGTERM and err == "", err
 
 
 def test_soak_refuses_to_shard_a_time_bounded_run() -> None:

@@ -31,7 +31,8 @@ soundness clauses with :func:`rewrite.testing.check_equivalent` (outputs
 bitwise, input mutations, no new aliasing, the same raises, the RNG state).
 
 The package's modules: :mod:`~rewrite.testing.programs.profiles` (Hypothesis
-settings), :mod:`~rewrite.testing.programs.custom_ops` (the fuzzer's custom ops,
+settings, and the pause of Hypothesis's explain-phase tracer while the fuzzer
+works), :mod:`~rewrite.testing.programs.custom_ops` (the fuzzer's custom ops,
 registered on import), :mod:`~rewrite.testing.programs.program` (:class:`Program`),
 :mod:`~rewrite.testing.programs.values` and :mod:`~rewrite.testing.programs.inputs`
 (real tensors and inputs of a program being drawn), the statement builder

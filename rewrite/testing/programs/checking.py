@@ -17,6 +17,7 @@ import torch.fx
 
 from rewrite.errors import NotEquivalent, RewriteError
 from rewrite.testing.equivalence import OracleError, check_equivalent, copy_program, quiet_torch_trace
+from rewrite.testing.programs.profiles import hypothesis_tracer_paused
 from rewrite.testing.programs.program import Program
 
 __all__ = ["check_pass"]
@@ -105,11 +106,34 @@ def _check_pass(
     pass_fn: PassFn, program: Program, *, strict: bool, rtol: float | None, atol: float | None
 ) -> torch.fx.GraphModule:
     rewritten = _apply_pass(pass_fn, program)
+    with hypothesis_tracer_paused():
+        failure = _first_failure(program, rewritten, strict=strict, rtol=rtol, atol=atol)
+    # Raised here, outside the handlers, whatever the clause: Hypothesis tells bugs apart by
+    # where an exception and its context were raised, and would shrink (and report) each
+    # clause of one wrong pass as a bug of its own. (The cause stays on the exception.)
+    if isinstance(failure, NotEquivalent):
+        message = str(failure).split("] ", 1)[-1]
+        raise NotEquivalent(
+            failure.clause, f"{message}\n\n{_repro_note(program)}\n\nrewritten graph:\n{rewritten.code}"
+        ) from failure
+    if isinstance(failure, OracleError):
+        message = str(failure).split("] ", 1)[-1]
+        raise OracleError(failure.reason, f"{message}\n\n{_repro_note(program)}", failure.error) from failure
+    if failure is not None:
+        raise RewriteError(f"rewritten graph fails lint: {failure}\n\n{_repro_note(program)}") from failure
+    return rewritten
+
+
+def _first_failure(
+    program: Program, rewritten: torch.fx.GraphModule, *, strict: bool, rtol: float | None, atol: float | None
+) -> Exception | None:
+    """The lint error (in strict mode), :class:`NotEquivalent` or :class:`OracleError` of the first
+    check of ``rewritten`` against ``program`` that fails, or ``None``."""
     if strict:
         try:
             rewritten.graph.lint()
         except Exception as err:  # torch.fx raises RuntimeError and others from lint
-            raise RewriteError(f"rewritten graph fails lint: {err}\n\n{_repro_note(program)}") from err
+            return err
     try:
         for make_inputs in program.input_sets:  # the example, then the boundary sizes (export-dynamic)
             check_equivalent(
@@ -120,15 +144,9 @@ def _check_pass(
                 rtol=rtol,
                 atol=atol,
             )
-    except NotEquivalent as err:
-        message = str(err).split("] ", 1)[-1]
-        raise NotEquivalent(
-            err.clause, f"{message}\n\n{_repro_note(program)}\n\nrewritten graph:\n{rewritten.code}"
-        ) from err
-    except OracleError as err:
-        message = str(err).split("] ", 1)[-1]
-        raise OracleError(err.reason, f"{message}\n\n{_repro_note(program)}", err.error) from err
-    return rewritten
+    except (NotEquivalent, OracleError) as err:
+        return err
+    return None
 
 
 #: What a ``torch.fx.Graph`` has and a ``GraphModule`` does not: a pass that uses one takes a Graph.
@@ -162,7 +180,12 @@ def _graph_attribute_missing(err: AttributeError) -> bool:
 
 
 def _apply_pass(pass_fn: PassFn, program: Program) -> torch.fx.GraphModule:
-    """Run ``pass_fn`` on a copy of the program, as a GraphModule pass or as a Graph pass.
+    """Run ``pass_fn`` on a copy of the program's graph module (:func:`_apply_to_copy`)."""
+    return _apply_to_copy(pass_fn, program.graph_module)
+
+
+def _apply_to_copy(pass_fn: PassFn, gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Run ``pass_fn`` on a copy of ``gm``, as a GraphModule pass or as a Graph pass; the result.
 
     A pass that is not declared a Graph pass (:func:`_takes_graph`) gets the
     GraphModule first; if it then fails on an attribute only a Graph has
@@ -170,7 +193,8 @@ def _apply_pass(pass_fn: PassFn, program: Program) -> torch.fx.GraphModule:
     fresh copy's Graph. A Graph pass rewrites the graph in place (or returns a
     new Graph); the module's code is regenerated after it.
     """
-    copy = copy_program(program.graph_module)
+    with hypothesis_tracer_paused():
+        copy = copy_program(gm)
     if not isinstance(copy, torch.fx.GraphModule):
         raise RewriteError("copy_program returned something other than a GraphModule")
     if not _takes_graph(pass_fn):
@@ -179,7 +203,8 @@ def _apply_pass(pass_fn: PassFn, program: Program) -> torch.fx.GraphModule:
         except AttributeError as err:
             if not _graph_attribute_missing(err):
                 raise
-            copy = copy_program(program.graph_module)  # the failed attempt may have changed the first copy
+            with hypothesis_tracer_paused():
+                copy = copy_program(gm)  # the failed attempt may have changed the first copy
             if not isinstance(copy, torch.fx.GraphModule):
                 raise RewriteError("copy_program returned something other than a GraphModule") from err
         else:

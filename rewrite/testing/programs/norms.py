@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from aliasing.core.hidden_effects import HIDDEN_EFFECTS
 from rewrite.testing.programs.state import _BuilderState
-from rewrite.testing.programs.values import _elements, _Rejected, _shape_tuple, _Value
+from rewrite.testing.programs.values import _compiled, _elements, _Rejected, _shape_tuple, _Value
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ class _NormStatements(_BuilderState):
                     start = self._int(0, n - length)
                     parts.append(f"{start}:{start + length}")
             expr = f"{base.name}[{', '.join(parts)}]"
-            view = eval(compile(expr, "<fxa_fuzz>", "eval"), self.env)  # a view: no side effect
+            view = eval(_compiled(expr, "<fxa_fuzz>", "eval"), self.env)  # a view: no side effect
             if fits(_Value("", "view", view, _elements(view), view.untyped_storage().data_ptr())):
                 self._emit(expr, "view")
                 return self.values[-1]

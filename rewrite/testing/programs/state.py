@@ -20,6 +20,7 @@ from rewrite.testing.programs.values import (
     _MAX_RANK,
     _broadcast,
     _broadcasts_to,
+    _compiled,
     _elements,
     _integers,
     _Rejected,
@@ -70,7 +71,7 @@ class _BuilderState:
 
     def _reset(self) -> None:
         namespace: dict[str, Any] = {"torch": torch}
-        exec(compile(self.inputs_source, "<fxa_fuzz inputs>", "exec"), namespace)
+        exec(_compiled(self.inputs_source, "<fxa_fuzz inputs>", "exec"), namespace)
         inputs = namespace["make_inputs"]()
         self.env = {"torch": torch}
         self.values = []
@@ -81,7 +82,7 @@ class _BuilderState:
         """Rebuild the real state after a rejected statement may have half-run."""
         self._reset()
         for line, names, kind in self._history:
-            result = eval(compile(line, "<fxa_fuzz>", "eval"), self.env)
+            result = eval(_compiled(line, "<fxa_fuzz>", "eval"), self.env)
             self._bind_result(names, kind, result)
 
     def _bind(self, name: str, kind: str, tensor: torch.Tensor) -> None:
@@ -192,7 +193,7 @@ class _BuilderState:
         if len(self.lines) >= self.max_lines:
             raise _Rejected("program is long enough")
         try:
-            result = eval(compile(expr, "<fxa_fuzz>", "eval"), self.env)
+            result = eval(_compiled(expr, "<fxa_fuzz>", "eval"), self.env)
         except Exception as err:
             self._replay()
             raise _Rejected(str(err)) from err

@@ -20,6 +20,7 @@ from hypothesis.errors import InvalidArgument
 from rewrite.testing.programs.builder import _KINDS, _Builder
 from rewrite.testing.programs.inputs import _draw_inputs, _inputs_source
 from rewrite.testing.programs.norms import _NORM_CALLS
+from rewrite.testing.programs.profiles import hypothesis_tracer_paused
 from rewrite.testing.programs.program import TRACING_MODES, Program, _load
 
 __all__ = ["programs", "sample_programs"]
@@ -49,40 +50,41 @@ def _programs(
     tracing_mode: str = "fake",
     allow_untrusted_ops: bool = False,
 ) -> Program:
-    seed = draw(st.integers(0, 2**31 - 1))
-    specs, donated = _draw_inputs(draw, max_inputs=max_inputs, max_size=max_size, allow_donation=allow_donation)
-    inputs_source = _inputs_source(specs, seed)
-    # Swarm testing: each program uses a random subset of the statement kinds (clones always).
-    kinds = [
-        (kind, weight)
-        for kind, weight in _KINDS
-        if kind == "clone"
-        or (
-            (kind != "custom" or allow_custom_ops)
-            and (kind != "norm" or (allow_hidden_effects and _NORM_CALLS))
-            and draw(_ENABLED) != 0
+    with hypothesis_tracer_paused():  # the fuzzer's own work: only the pass under test is traced
+        seed = draw(st.integers(0, 2**31 - 1))
+        specs, donated = _draw_inputs(draw, max_inputs=max_inputs, max_size=max_size, allow_donation=allow_donation)
+        inputs_source = _inputs_source(specs, seed)
+        # Swarm testing: each program uses a random subset of the statement kinds (clones always).
+        kinds = [
+            (kind, weight)
+            for kind, weight in _KINDS
+            if kind == "clone"
+            or (
+                (kind != "custom" or allow_custom_ops)
+                and (kind != "norm" or (allow_hidden_effects and _NORM_CALLS))
+                and draw(_ENABLED) != 0
+            )
+        ]
+        builder = _Builder(
+            draw,
+            inputs_source=inputs_source,
+            num_inputs=len(specs),
+            alias_bias=alias_bias,
+            kinds=kinds,
+            max_size=max_size,
+            max_lines=max_ops,
+            allow_hidden_effects=allow_hidden_effects,
+            allow_untrusted_ops=allow_untrusted_ops,
         )
-    ]
-    builder = _Builder(
-        draw,
-        inputs_source=inputs_source,
-        num_inputs=len(specs),
-        alias_bias=alias_bias,
-        kinds=kinds,
-        max_size=max_size,
-        max_lines=max_ops,
-        allow_hidden_effects=allow_hidden_effects,
-        allow_untrusted_ops=allow_untrusted_ops,
-    )
-    # One span per statement and a stop flag before each (shrinks toward 0: stop), so that
-    # Hypothesis shrinks a program by deleting statements.
-    attempts = 0
-    while len(builder.lines) < max_ops and attempts < 3 * max_ops + 8:
-        if len(builder.lines) >= min_ops and draw(_MORE) == 0:
-            break
-        attempts += 1
-        draw(_statement(builder))
-    return _finish(builder, builder.outputs(draw, max_outputs), donated=donated, seed=seed, tracing_mode=tracing_mode)
+        # One span per statement and a stop flag before each (shrinks toward 0: stop), so that
+        # Hypothesis shrinks a program by deleting statements.
+        attempts = 0
+        while len(builder.lines) < max_ops and attempts < 3 * max_ops + 8:
+            if len(builder.lines) >= min_ops and draw(_MORE) == 0:
+                break
+            attempts += 1
+            draw(_statement(builder))
+        return _finish(builder, builder.outputs(draw, max_outputs), donated=donated, seed=seed, tracing_mode=tracing_mode)
 
 
 def _finish(

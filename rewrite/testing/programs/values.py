@@ -8,6 +8,7 @@ covers, which decide what a statement may read while it writes.
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,6 +21,14 @@ _MAX_RANK = 4
 
 class _Rejected(Exception):
     """A drawn statement is not valid on real tensors."""
+
+
+@functools.lru_cache(maxsize=8192)
+def _compiled(source: str, filename: str, mode: str) -> types.CodeType:
+    """``compile(source, filename, mode)``, cached: while shrinking, Hypothesis draws the same
+    statements (and inputs, and programs) again and again."""
+    code: types.CodeType = compile(source, filename, mode)
+    return code
 
 
 @functools.cache

@@ -12,7 +12,7 @@ import torch
 from aliasing.core.hidden_effects import HIDDEN_EFFECTS
 from rewrite.testing.programs.aten_sample import pure_overloads, schema_call
 from rewrite.testing.programs.state import _BuilderState
-from rewrite.testing.programs.values import _MAX_RANK, _Rejected, _shape_args, _shape_tuple, _Value
+from rewrite.testing.programs.values import _MAX_RANK, _compiled, _Rejected, _shape_args, _shape_tuple, _Value
 
 #: ``_unsafe_view`` returns a view its schema calls a fresh tensor (drawn among the views).
 _DRAW_UNSAFE_VIEW = HIDDEN_EFFECTS.get("aten::_unsafe_view") is not None
@@ -200,7 +200,7 @@ class _ViewStatements(_BuilderState):
             if call is None:
                 continue
             try:
-                result = eval(compile(call, "<fxa_fuzz>", "eval"), dict(self.env))
+                result = eval(_compiled(call, "<fxa_fuzz>", "eval"), dict(self.env))
             except Exception:
                 continue
             if _plain_tensors(result):

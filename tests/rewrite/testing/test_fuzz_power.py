@@ -8,6 +8,12 @@ fixed seed. The test fails if the fuzzer misses one. The counterexample
 Hypothesis shrinks to must be small, must pass with the real pass, and, for
 a dropped condition, must be a clone the real pass keeps for exactly that
 condition. Run with ``-s`` to see the counterexamples.
+
+The last tests use the user's entry point as the README shows it
+(``@settings(FUZZ_SETTINGS) @given(programs())`` and ``check_pass``, through
+``tools.broken.seconds_to_catch``): the naive pass and the one that ignores later
+writes to the original are caught and shrunk small. How fast is
+``python -m tools.broken``'s figure, never asserted here.
 """
 
 from __future__ import annotations
@@ -23,7 +29,14 @@ from hypothesis.errors import NoSuchExample
 import rewrite
 from rewrite.errors import NotEquivalent
 from rewrite.testing import Program, check_pass, copy_program, programs
-from tools.broken import BROKEN_CONDITIONS, eliminate_clones_skipping, output_only_pass, skipping
+from tools.broken import (
+    BROKEN_CONDITIONS,
+    CATCH_PASSES,
+    eliminate_clones_skipping,
+    output_only_pass,
+    seconds_to_catch,
+    skipping,
+)
 
 #: At most this many drawn programs (shrinking excluded) to find each counterexample.
 MAX_EXAMPLES = 300
@@ -128,3 +141,25 @@ def test_broken_variants_are_unsound_on_named_programs() -> None:
             check_equivalent(gm, rewritten, lambda: [torch.randn(3)])
         assert info.value.clause == clause, condition
         check_equivalent(gm, copy_program(gm), lambda: [torch.randn(3)])
+
+
+@pytest.mark.parametrize("name", list(CATCH_PASSES))
+def test_fuzz_settings_catch_the_wrong_passes(name: str) -> None:
+    """The README's way of fuzzing a pass (``@settings(FUZZ_SETTINGS) @given(programs())`` and
+    ``check_pass``) catches the naive pass and the one that ignores later writes to the original,
+    and shrinks the failure small. How fast is ``python -m tools.broken``'s figure: not asserted."""
+    catch = seconds_to_catch(name, seed=0, settings="fuzz")
+    assert catch.caught, catch
+    assert catch.failures_reported == 1
+    assert catch.shrunk_ops <= MAX_SHRUNK_OPS, catch
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CATCH_PASSES))
+def test_hypothesis_defaults_catch_the_wrong_passes_as_one_failure(name: str) -> None:
+    """With Hypothesis's own defaults (explain phase, several bugs reported), a wrong pass is one
+    failure whatever the soundness clauses it breaks: ``check_pass`` raises every ``NotEquivalent``
+    from one place, so that Hypothesis shrinks once, not once per clause."""
+    catch = seconds_to_catch(name, seed=1, settings="defaults")
+    assert catch.caught, catch
+    assert catch.failures_reported == 1, catch
