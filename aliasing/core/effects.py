@@ -56,6 +56,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.fx
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from aliasing.core.facts import FactsCache, TensorFacts, is_tensor_meta, known_equal, meta_value, plain_ints
 from aliasing.core.hidden_effects import HIDDEN_EFFECTS
@@ -1097,8 +1098,9 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
 def decomposition(node: torch.fx.Node) -> frozenset[str] | None:
     """The overloads (``"aten.native_batch_norm.default"``) that ``node``'s call runs on its
     arguments' fake tensors (a composite ATen op, or a torch-level call that resolves to one);
-    None where it cannot be run (see :func:`recomputed_copy`) or may change an argument's
-    metadata (the fake values are the graph's own).
+    None where it cannot be run (see :func:`recomputed_copy`), may change an argument's
+    metadata (the fake values are the graph's own), or has symbolic sizes (a run answers for the
+    example sizes only, and a composite kernel may take another path at another size).
 
     Example
     -------
@@ -1120,6 +1122,8 @@ def decomposition(node: torch.fx.Node) -> frozenset[str] | None:
     if call is None:
         return None
     args, kwargs, fakes = call
+    if _symbolic(args, kwargs, fakes):  # run at the example sizes only: another size may run other ops
+        return None
     memo = _copy_key(op, args, kwargs, fakes) if isinstance(op, torch._ops.OpOverload) else None
     if memo is not None and memo in _DECOMPOSITIONS:
         return _DECOMPOSITIONS[memo]
@@ -1136,6 +1140,15 @@ def decomposition(node: torch.fx.Node) -> frozenset[str] | None:
             _DECOMPOSITIONS.clear()
         _DECOMPOSITIONS[memo] = ops
     return ops
+
+
+def _symbolic(args: Any, kwargs: Any, fakes: Sequence[torch.Tensor]) -> bool:
+    """Whether a call's fake tensors have symbolic sizes, strides or offsets, or its other
+    arguments hold symbols (``reshape(x, [s0, -1])``)."""
+    if not all(plain_ints((*f.size(), *f.stride(), f.storage_offset())) for f in fakes):
+        return True
+    leaves = tree_leaves((args, kwargs))
+    return any(isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) for v in leaves)
 
 
 #: Answers of :func:`decomposition` by op and argument layouts (what a composite kernel runs

@@ -327,3 +327,21 @@ def test_composite_op_is_laid_out_by_what_it_runs(mode: str) -> None:
         return v * 1, r * 1
 
     _check_traced(forward, (torch.randn(6, 4),), mode)
+
+
+def test_composite_op_on_symbolic_sizes_is_not_judged_at_the_example_size() -> None:
+    """What a composite kernel runs may depend on the sizes; a call on symbolic sizes ran at the
+    example size only, so it is taken to lie and observe (a static call is judged by what it ran)."""
+    from aliasing.core.effects import composite_diverges, composite_lies, decomposition
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return (x * 1).reshape(-1)
+
+    nodes = {}
+    for label, shapes in (("static", None), ("symbolic", {"x": (Dim("n"), 4)})):
+        ep = torch.export.export(_module(forward), (torch.randn(6, 4),), dynamic_shapes=shapes)
+        nodes[label] = next(n for n in ep.graph.nodes if n.target is aten.reshape.default)
+    assert decomposition(nodes["static"]) is not None
+    assert not composite_lies(nodes["static"]) and not composite_diverges(nodes["static"])
+    assert decomposition(nodes["symbolic"]) is None
+    assert composite_lies(nodes["symbolic"]) and composite_diverges(nodes["symbolic"])
