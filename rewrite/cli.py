@@ -61,7 +61,9 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
+
+from rewrite.lazy import lazy_names
 
 if TYPE_CHECKING:
     from rewrite.commands import count_clones, run_demo
@@ -82,11 +84,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _LAZY.get(name)
-    if home is None:
-        raise AttributeError(f"module 'rewrite.cli' has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+__getattr__, __dir__ = lazy_names(globals(), _LAZY, __all__)
 
 
 def _version(distribution: str) -> str:

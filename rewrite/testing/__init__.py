@@ -23,14 +23,14 @@ imported the first time one of them is used.
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aliasing.verification.oracle import AnalysisUnsound, Exactness, Observed, check_analysis, observe_memory
 from rewrite.editing.copying import copy_program
 from rewrite.errors import NotEquivalent, OracleError
+from rewrite.lazy import lazy_names
 from rewrite.testing.equivalence import check_equivalent
 
 if TYPE_CHECKING:
@@ -46,19 +46,6 @@ _NEEDS_HYPOTHESIS = {
     "programs": "rewrite.testing.programs",
     "sample_programs": "rewrite.testing.programs",
 }
-
-
-def __getattr__(name: str) -> Any:
-    module = _NEEDS_HYPOTHESIS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
 
 
 class _Package(types.ModuleType):
@@ -93,3 +80,5 @@ __all__ = [
     "programs",
     "sample_programs",
 ]
+
+__getattr__, __dir__ = lazy_names(globals(), _NEEDS_HYPOTHESIS, __all__)
