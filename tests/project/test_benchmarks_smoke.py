@@ -547,7 +547,8 @@ def test_gpu_benchmark_kv_pool_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixt
     result equals eager's bitwise (outputs and pool) and copies no more than stock Inductor; nothing
     in the stacked and interleaved layouts, nor anything under v2; in the per-layer layout under v1
     it keeps copies (fewer than stock's). Stock Inductor's v1 pool is recorded, not asserted: on
-    torch 2.13/2.14 (CPU) its code reads past a clone's buffer and writes garbage into the pool."""
+    torch 2.13/2.14 (CPU) its code reads past a clone's buffer and writes garbage into the pool, and
+    torch 2.15's refuses to lower it (an as_strided larger than the buffer it views)."""
     from benchmarks import gpu
 
     out = tmp_path / "gpu.json"
@@ -559,6 +560,11 @@ def test_gpu_benchmark_kv_pool_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixt
     assert list(rows) == [(lay, v, c) for lay in gpu.POOL_LAYOUTS for v in ("v1", "v2") for c in gpu.CONFIGS]
     nbytes = {key: r["copies"].get("bytes") for key, r in rows.items()}
     for (layout, version, config), r in rows.items():
+        if config == "stock" and version == "v1" and r["error"] is not None:
+            # torch 2.15's Inductor refuses the program at lowering where 2.13/2.14 read past a buffer
+            assert "as_strided" in r["error"] and "holds only" in r["error"], r["error"]
+            nbytes[layout, version, config] = None
+            continue
         assert r["case"] == "kv_pool" and r["error"] is None, (layout, version, config, r["error"])
         if r["skipped"]:
             assert config == "vllm" and "vllm" in r["skipped"]
@@ -572,9 +578,9 @@ def test_gpu_benchmark_kv_pool_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixt
             assert nbytes[layout, version, config] == 0, (layout, config)
     for layout in gpu.POOL_LAYOUTS:
         stock, ours = nbytes[layout, "v1", "stock"], nbytes[layout, "v1", "ours"]
-        assert stock > 0 and ours <= stock
+        assert ours is not None and (stock is None or 0 <= ours < stock)
         if layout == "per_layer":
-            assert 0 < ours < stock  # kept: 4 clones and a copy-back (vLLM's pass keeps fewer)
+            assert ours > 0  # kept: clones and a copy-back (vLLM's pass keeps fewer)
         else:
             assert ours == 0
     printed = capsys.readouterr().out
