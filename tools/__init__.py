@@ -8,7 +8,8 @@ beside ``benchmarks/``. They import the library; the library never imports them
   (``python -m tools.audit``; ``--registry`` the operator-registry check, ``--layouts``
   the layout audit, ``--storage`` the storage-sharing audit);
 - :mod:`tools.layout_audit`: meta and fake result layouts against eager; it generates
-  :mod:`aliasing.core.layout_divergences`;
+  ``aliasing/core/registry_data/layout-divergences.json``, the table
+  :mod:`aliasing.core.layout_divergences` reads;
 - :mod:`tools.storage_audit`: does a result of a ``pure`` overload share an argument's
   storage; it generates ``aliasing/core/registry_data/storage-*.tsv``;
 - :mod:`tools.campaign`: campaigns of work items (worker processes, shards, resumable

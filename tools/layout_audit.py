@@ -34,9 +34,11 @@ A *divergence* is a call whose meta or fake layout is computed and differs
 from eager. Kernels change between releases, so the results of every
 supported torch release are committed (``benchmarks/results/layout_audit-<release>.{json,md}``,
 :func:`results_path`), and :func:`render_table` turns their union (an overload
-that diverges on any release counts as divergent on every one) into
-``aliasing/core/layout_divergences.py``, the table the planner reads: a clone whose
-layout change reaches an op of a divergent overload packet is kept.
+that diverges on any release counts as divergent on every one) into a JSON
+data file of the package, :data:`TABLE_PATH`
+(``aliasing/core/registry_data/layout-divergences.json``), the table the planner
+reads through :mod:`aliasing.core.layout_divergences`: a clone whose layout
+change reaches an op of a divergent overload packet is kept.
 
 Run it with ``python -m tools.audit --layouts`` (``--help`` for the
 options; ``--seconds`` and ``--ops`` bound it); it needs ``expecttest``
@@ -59,7 +61,6 @@ import pickle
 import select
 import signal
 import sys
-import textwrap
 import time
 import warnings
 from collections import Counter
@@ -79,6 +80,7 @@ __all__ = [
     "LAYOUTS",
     "REGENERATE",
     "RESULTS_DIR",
+    "TABLE_PATH",
     "TARGETS",
     "CallSpec",
     "Divergence",
@@ -1055,9 +1057,12 @@ def _not_audited_lines(data: dict[str, Any]) -> list[str]:
 
 #: Where a checkout commits the results of each supported torch release (``layout_audit-2.14.json``...).
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+#: The table the planner reads (through :mod:`aliasing.core.layout_divergences`): a data file of the package.
+TABLE_PATH = Path(__file__).resolve().parents[1] / "aliasing" / "core" / "registry_data" / "layout-divergences.json"
 #: The command that regenerates a release's committed results and the table (run it on that release).
 REGENERATE = (
-    "python -m tools.audit --layouts --results benchmarks/results --write-table aliasing/core/layout_divergences.py"
+    "python -m tools.audit --layouts --results benchmarks/results "
+    "--write-table aliasing/core/registry_data/layout-divergences.json"
 )
 
 
@@ -1141,206 +1146,65 @@ def _unite(results: Sequence[dict[str, Any]]) -> _Union:
     )
 
 
-def _scan_text(data: dict[str, Any]) -> str:
-    st = data["settings"]
-    samples = f"the first {st['max_samples']}" if st.get("max_samples") else "all"
-    return f"{samples} sample inputs of each OpInfo of ``op_db``, in {len(st['layouts'])} layout classes ({', '.join(st['layouts'])})"
-
-
 def render_table(*results: dict[str, Any]) -> str:
-    """The source of ``aliasing/core/layout_divergences.py`` for the JSON reports of one or more torch releases.
+    """The data file ``aliasing/core/registry_data/layout-divergences.json`` for the JSON reports of one or more torch releases.
 
     The table is their union, conservative: an overload seen diverging on any
     release is divergent on every one, and an overload of a divergent op is
-    trusted (in ``AGREEING_SIBLINGS``) only where every release ran it and
-    none saw it diverge. Overloads that diverge on some releases only are
-    named, with their releases, in the docstring and beside their rows.
+    trusted (in ``agreeing_siblings``) only where every release ran it and
+    none saw it diverge. Each divergent overload names the releases it
+    diverged on; each release, its torch version, the committed results it
+    comes from, what its scan covered and what it found.
+    :mod:`aliasing.core.layout_divergences` reads the file (its docstring
+    describes the fields).
+
+    Examples
+    --------
+    >>> old = {"torch_version": "2.13.0", "settings": {"max_samples": 24, "layouts": ["sliced"]},
+    ...        "summary": {"opinfos_run": 1, "calls_compared": 2, "divergent_calls": 1, "divergent_overloads": 1,
+    ...                    "runtime_s": 0.5},
+    ...        "divergent_overloads": ["aten.roll.default"], "fake_divergent_overloads": [],
+    ...        "checked_overloads": ["aten.roll.default"]}
+    >>> table = json.loads(render_table(old))
+    >>> table["layout_divergent"], table["releases"]["2.13"]["torch_version"]
+    ({'aten.roll.default': ['2.13']}, '2.13.0')
     """
     union = _unite(results)
-    return (
-        _table_header(union, _measured_text(union, results))
-        + _table_block(
-            union,
-            "LAYOUT_DIVERGENT_OVERLOADS",
-            "Overloads seen diverging, on meta or fake tensors (``aten.<op>`` alone: the op's function as a whole).",
-            list(union.divergent.items()),
-        )
-        + "\n"
-        + _table_block(
-            union,
-            "FAKE_DIVERGENT_OVERLOADS",
-            "Those whose fake kernel diverged (the recorded ``meta['val']`` of ``make_fx`` and ``torch.export``).",
-            list(union.fake.items()),
-        )
-        + "\n"
-        + _table_block(
-            union,
-            "AGREEING_SIBLINGS",
-            "Overloads of those ops that the audit ran and never saw diverge (trusted; others of the ops are not).",
-            [(o, None) for o in union.siblings],
-        )
-        + _TABLE_FOOTER
-    )
-
-
-#: Lines of the table's docstring that list releases and overloads.
-_BULLET = textwrap.TextWrapper(width=88, subsequent_indent="  ")
-
-
-def _table_block(union: _Union, name: str, doc: str, rows: Sequence[tuple[str, tuple[str, ...] | None]]) -> str:
-    """One frozenset of the table: a row per overload, each with the releases it holds on unless it holds on all."""
-
-    def row(overload: str, releases: tuple[str, ...] | None) -> str:
-        note = "" if releases is None or releases == union.releases else f"  # {', '.join(releases)} only"
-        return f'        "{overload}",{note}\n'
-
-    body = "".join(row(n, rs) for n, rs in rows)
-    return f"#: {doc}\n{name}: frozenset[str] = frozenset(\n    {{\n{body}    }}\n)\n"
-
-
-def _measured_text(union: _Union, results: Sequence[dict[str, Any]]) -> str:
-    """The paragraphs of the table's docstring that say what was measured on which release."""
     by_release = {release_of(d): d for d in results}
-    scans = sorted({_scan_text(d) for d in by_release.values()})
-    measured = []
+    releases: dict[str, Any] = {}
     for release in union.releases:
         d = by_release[release]
         s = d["summary"]
-        scan = "" if len(scans) == 1 else f"; {_scan_text(d)}"
-        where = results_path(release, ".{json,md}").relative_to(RESULTS_DIR.parents[1])
-        measured.append(
-            _BULLET.fill(
-                f"- torch {d['torch_version']}: {s['opinfos_run']} OpInfos, {s['calls_compared']} ATen calls "
-                f"compared, {s['divergent_calls']} divergent, over {s['divergent_overloads']} overloads "
-                f"({s['runtime_s']} s{scan}; ``{where}``)"
-            )
-        )
-    releases = union.releases
-    every = releases[0] if len(releases) == 1 else f"{', '.join(releases[:-1])} and {releases[-1]}"
-    paragraphs = [
-        textwrap.fill(f"Measured on CPU, {scans[0]}, on torch {every}:" if len(scans) == 1 else f"Measured on CPU, on torch {every}:", width=88),
-        ";\n".join(measured) + ".",
-    ]
-    if len(releases) > 1:
-        paragraphs += _union_paragraphs(union)
-    return "\n\n".join(paragraphs)
+        releases[release] = {
+            "torch_version": union.versions[release],
+            "results": results_path(release).relative_to(RESULTS_DIR.parents[1]).as_posix(),
+            "max_samples": d["settings"].get("max_samples"),
+            "layouts": list(d["settings"]["layouts"]),
+            **{k: s[k] for k in ("opinfos_run", "calls_compared", "divergent_calls", "divergent_overloads", "runtime_s")},
+        }
+    table = {
+        "about": "Overloads whose meta or fake kernels lay results out otherwise than their eager CPU kernels: "
+        "the union of the layout audit's results of every supported torch release, read by "
+        "aliasing.core.layout_divergences (whose docstring describes these fields). Written by the layout "
+        "audit (tools.layout_audit): do not edit by hand.",
+        "regenerate": REGENERATE,
+        "releases": releases,
+        "layout_divergent": {o: list(rs) for o, rs in union.divergent.items()},
+        "fake_divergent": {o: list(rs) for o, rs in union.fake.items()},
+        "agreeing_siblings": list(union.siblings),
+    }
+    return _json_text(table) + "\n"
 
 
-def _union_paragraphs(union: _Union) -> list[str]:
-    """For several releases: how the table unites them, and the overloads that diverge on some releases only."""
-    releases = union.releases
-    paragraphs = [
-        textwrap.fill(
-            "The table is the union of these results, conservative: an overload seen diverging on any "
-            "release observes on every one, and an overload of a divergent op is trusted "
-            "(``AGREEING_SIBLINGS``) only where every release ran it and none saw it diverge.",
-            width=88,
-        )
-    ]
-    partial = [
-        (o, rs, union.fake.get(o, ()))
-        for o, rs in union.divergent.items()
-        if rs != releases or union.fake.get(o, releases) != releases
-    ]
-    if not partial:
-        return [*paragraphs, "Every overload listed diverges on every one of these releases."]
-    paragraphs.append(
-        textwrap.fill(
-            "Overloads that diverge on some of these releases only, and on which (every other "
-            "overload listed diverges on all of them; the releases where an overload's fake kernel "
-            "diverges are named where they are others):",
-            width=88,
-        )
-    )
-    lines = []
-    for o, rs, fs in partial:
-        fake = "" if not fs or fs == rs else f" (its fake kernel: {', '.join(fs)})"
-        lines.append(_BULLET.fill(f"- ``{o}``: {', '.join(rs)}{fake}"))
-    paragraphs.append("\n".join(lines))
-    return paragraphs
-
-
-def _table_header(union: _Union, measured_text: str) -> str:
-    """The table module's docstring (what it is, how it is regenerated, what was measured), ``__all__`` and versions."""
-    command = REGENERATE.replace(" --write-table", " \\\n        --write-table")
-    versions = "".join(f'    "{r}": "{v}",\n' for r, v in union.versions.items())
-    return f"""\
-\"\"\"Ops whose meta or fake kernels lay results out otherwise than their eager CPU kernels.
-
-Generated by the layout audit (:mod:`tools.layout_audit`) from the results committed
-for every supported torch release; do not edit by hand. On each release run
-
-    {command}
-
-(``--table-only --write-table aliasing/core/layout_divergences.py`` renders the table from
-the committed results without running the audit).
-
-{measured_text}
-
-The planner's layout refinement (``rewrite.planning.dataflow.layout_observer``) predicts
-layouts on meta tensors and compares them with the fake tensors the trace
-recorded. An op for which :func:`layout_divergent` holds observes a clone's
-layout change (the clone is kept); a value computed from one for which
-:func:`fake_layout_divergent` holds has a recorded layout that may not be the
-real one. Meta kernels are evidence, not proof: an op the audit never ran, or
-ran only on layouts where its kernels agree, is not listed.
-\"\"\"
-
-from __future__ import annotations
-
-__all__ = [
-    "AGREEING_SIBLINGS",
-    "FAKE_DIVERGENT_OVERLOADS",
-    "LAYOUT_DIVERGENT_OVERLOADS",
-    "TORCH_VERSIONS",
-    "fake_layout_divergent",
-    "layout_divergent",
-]
-
-#: The torch releases the table was measured on, and the version of each.
-TORCH_VERSIONS: dict[str, str] = {{
-{versions}}}
-
-"""
-
-
-#: The end of the table module: its two functions.
-_TABLE_FOOTER = '''
-_PACKETS = frozenset(".".join(o.split(".")[:2]) for o in LAYOUT_DIVERGENT_OVERLOADS)
-_FAKE_PACKETS = frozenset(".".join(o.split(".")[:2]) for o in FAKE_DIVERGENT_OVERLOADS)
-
-
-def _listed(overload: str, overloads: frozenset[str], packets: frozenset[str]) -> bool:
-    op = ".".join(overload.split(".")[:2])
-    if overload in overloads or op in overloads:  # ``aten.one_hot``: the op's function as a whole
-        return True
-    return op in packets and overload not in AGREEING_SIBLINGS
-
-
-def layout_divergent(overload: str) -> bool:
-    """Whether an overload (``"aten.roll.default"``) may have another result layout on meta or fake tensors than eagerly.
-
-    True for an overload the audit saw diverge (on any release), and for every
-    overload of the same op that the audit did not see agree (on every release).
-
-    Examples
-    --------
-    >>> layout_divergent("aten.roll.default"), layout_divergent("aten.add.Tensor")
-    (True, False)
-    """
-    return _listed(overload, LAYOUT_DIVERGENT_OVERLOADS, _PACKETS)
-
-
-def fake_layout_divergent(overload: str) -> bool:
-    """Whether an overload's *fake* kernel (what ``make_fx`` and ``torch.export`` record) may lay its result out otherwise than eager.
-
-    Examples
-    --------
-    >>> fake_layout_divergent("aten.roll.default"), fake_layout_divergent("aten.convolution.default")
-    (True, False)
-    """
-    return _listed(overload, FAKE_DIVERGENT_OVERLOADS, _FAKE_PACKETS)
-'''
+def _json_text(value: Any, depth: int = 0) -> str:
+    """``value`` as JSON, one field (and one element of a top-level list) a line, other lists on one line."""
+    pad = " " * (depth + 1)
+    if isinstance(value, dict) and value:
+        fields = [f"{pad}{json.dumps(k)}: {_json_text(v, depth + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(fields) + "\n" + " " * depth + "}"
+    if isinstance(value, list) and value and depth == 1:
+        return "[\n" + ",\n".join(pad + json.dumps(v) for v in value) + "\n" + " " * depth + "]"
+    return json.dumps(value)
 
 
 def write_table(path: Path, *results: dict[str, Any]) -> None:
@@ -1406,7 +1270,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--write-table", type=Path, metavar="PATH",
-        help="write the table module (aliasing/core/layout_divergences.py): the union of every release's results in "
+        help="write the table, a JSON data file (aliasing/core/registry_data/layout-divergences.json, read by "
+        "aliasing.core.layout_divergences): the union of every release's results in "
         "the --results directory (default: the checkout's benchmarks/results), this run's standing for its release",
     )
     parser.add_argument("--table-only", action="store_true", help="run no audit: --write-table from the committed results only")

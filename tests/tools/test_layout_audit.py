@@ -16,8 +16,9 @@ on meta tensors, removed clones whose layout change ``roll`` makes visible.
   finds on the installed torch is in that release's committed results (a
   release without committed results fails, naming the command that makes
   them); the committed table is what the committed results of every release
-  render, their union, and every release with a committed operator
-  classification has committed layout results;
+  render, their union (a JSON data file of the package, which
+  ``aliasing.core.layout_divergences`` reads and the wheel ships), and every
+  release with a committed operator classification has committed layout results;
 - a planted lying kernel (a custom op whose fake kernel returns contiguous
   strides while its CPU kernel keeps the input's layout) is caught, and an
   honest twin is not.
@@ -25,6 +26,7 @@ on meta tensors, removed clones whose layout change ``roll`` makes visible.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import time
@@ -47,6 +49,7 @@ from tools.audit import main as audit_main
 from tools.layout_audit import (
     LAYOUTS,
     REGENERATE,
+    TABLE_PATH,
     LayoutAuditError,
     audit_layouts,
     committed_results,
@@ -327,8 +330,7 @@ def test_results_without_elements_are_not_divergences(report: Any) -> None:
 
 def test_committed_table_is_what_the_committed_results_render() -> None:
     results = committed_results()
-    table = ROOT / "aliasing" / "core" / "layout_divergences.py"
-    assert table.read_text() == render_table(*results.values()), f"regenerate the table: {REGENERATE}"
+    assert TABLE_PATH.read_text() == render_table(*results.values()), f"regenerate the table: {REGENERATE}"
     assert {r: d["torch_version"] for r, d in results.items()} == layout_divergences.TORCH_VERSIONS
     union = set().union(*(d["divergent_overloads"] for d in results.values()))
     assert union == layout_divergences.LAYOUT_DIVERGENT_OVERLOADS
@@ -370,27 +372,52 @@ def _result(version: str, divergent: list[str], fake: list[str], checked: list[s
 def test_the_table_is_the_conservative_union_of_the_releases() -> None:
     old = _result("2.13.0+cpu", ["aten.roll.default"], ["aten.roll.default"], ["aten.div.Tensor", "aten.div.Scalar"])
     new = _result("2.15.0", ["aten.div.Tensor_mode", "aten.roll.default"], [], ["aten.div.Tensor", "aten.roll.other"])
-    namespace: dict[str, Any] = {}
-    source = render_table(new, old)
-    exec(compile(source, "layout_divergences", "exec"), namespace)  # the rendered table module
-    assert namespace["TORCH_VERSIONS"] == {"2.13": "2.13.0+cpu", "2.15": "2.15.0"}
-    assert namespace["LAYOUT_DIVERGENT_OVERLOADS"] == {"aten.roll.default", "aten.div.Tensor_mode"}
-    assert namespace["FAKE_DIVERGENT_OVERLOADS"] == {"aten.roll.default"}
+    text = render_table(new, old)
+    data = json.loads(text)
+    table = layout_divergences._Table.of(data)  # what the module makes of the data file
+    assert table.versions == {"2.13": "2.13.0+cpu", "2.15": "2.15.0"}
+    assert table.divergent == {"aten.roll.default", "aten.div.Tensor_mode"}
+    assert table.fake == {"aten.roll.default"}
     # div.Tensor ran and agreed on both; div.Scalar and roll.other ran on one release only: not trusted
-    assert namespace["AGREEING_SIBLINGS"] == {"aten.div.Tensor"}
-    assert namespace["layout_divergent"]("aten.div.Scalar") and not namespace["layout_divergent"]("aten.div.Tensor")
-    assert '"aten.div.Tensor_mode",  # 2.15 only' in source
-    assert "- ``aten.div.Tensor_mode``: 2.15" in source
-    assert "- ``aten.roll.default``: 2.13, 2.15 (its fake kernel: 2.13)" in source
-    assert render_table(old, new) == source
+    assert table.siblings == {"aten.div.Tensor"}
+    assert table.listed("aten.div.Scalar") and not table.listed("aten.div.Tensor")
+    assert table.listed("aten.roll.other") and table.listed("aten.roll.other", fake=True)
+    assert not table.listed("aten.div.Tensor_mode", fake=True)
+    # the releases each overload diverged on, and what each release measured
+    assert data["layout_divergent"] == {"aten.div.Tensor_mode": ["2.15"], "aten.roll.default": ["2.13", "2.15"]}
+    assert data["fake_divergent"] == {"aten.roll.default": ["2.13"]}
+    assert list(data["releases"]) == ["2.13", "2.15"]
+    assert data["releases"]["2.15"] == {
+        "torch_version": "2.15.0", "results": "benchmarks/results/layout_audit-2.15.json", "max_samples": 24,
+        "layouts": list(LAYOUTS), "opinfos_run": 1, "calls_compared": 1, "divergent_calls": 2,
+        "divergent_overloads": 2, "runtime_s": 1.0,
+    }
+    assert data["regenerate"] == REGENERATE
+    assert render_table(old, new) == text
     with pytest.raises(LayoutAuditError, match=r"more than one result for torch 2\.13"):
         render_table(old, old)
 
 
 def test_table_only_renders_the_committed_table(tmp_path: Path) -> None:
-    out = tmp_path / "layout_divergences.py"
+    out = tmp_path / "layout-divergences.json"
     assert audit_main(["--layouts", "--table-only", "--write-table", str(out)]) == 0
-    assert out.read_text() == (ROOT / "aliasing" / "core" / "layout_divergences.py").read_text()
+    assert out.read_text() == TABLE_PATH.read_text()
+
+
+def test_the_table_is_package_data_the_module_reads() -> None:
+    """The data file lies beside the module (in ``registry_data``, whose files the wheel ships)."""
+    beside = Path(layout_divergences.__file__).with_name("registry_data") / "layout-divergences.json"
+    assert beside == TABLE_PATH
+    table = layout_divergences._Table.of(json.loads(TABLE_PATH.read_text()))
+    assert table == layout_divergences._TABLE
+    assert table.versions == layout_divergences.TORCH_VERSIONS
+    assert table.divergent == layout_divergences.LAYOUT_DIVERGENT_OVERLOADS
+    assert table.fake == layout_divergences.FAKE_DIVERGENT_OVERLOADS
+    assert table.siblings == layout_divergences.AGREEING_SIBLINGS
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 and later
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["aliasing"]
+    shipped = TABLE_PATH.relative_to(ROOT / "aliasing").as_posix()
+    assert any(fnmatch.fnmatch(shipped, p) for p in patterns), "the wheel must ship the table (package-data)"
 
 
 def test_audit_cli_dispatches_to_the_layout_audit(tmp_path: Path) -> None:
