@@ -1,7 +1,7 @@
-"""The fixes of H1-H6: decided first (:class:`_CloneInput`, :class:`_Reorder`), applied together, in rounds.
+"""The fixes of H1-H6: decided first (:class:`CloneInput`, :class:`Reorder`), applied together, in rounds.
 
 A stage plans its fixes against a fresh analysis, :func:`_apply` makes them
-(the one place the planned fixes edit a graph), and :func:`_guarded_rounds`
+(the one place the planned fixes edit a graph), and :func:`guarded_rounds`
 repeats that until a round finds nothing, never raising.
 """
 
@@ -15,7 +15,7 @@ import torch.fx
 
 from aliasing import AliasAnalysis, analyze
 from rewrite.editing.nodes import Builder, LoweringSkip, recompile, replay, view_chain
-from rewrite.guard.common import _builder, _nbytes, log
+from rewrite.guard.common import copy_nbytes, log, node_builder
 from rewrite.guard.hazards import Guarded, GuardReport, Hazard
 from rewrite.lowering.copies import exact_copy
 
@@ -23,7 +23,7 @@ aten = torch.ops.aten
 
 
 @dataclass(frozen=True)
-class _CloneInput:
+class CloneInput:
     """Clone ``value`` before ``before`` and make ``user`` read the clone (replay: rebuild the view first)."""
 
     hazard: Hazard
@@ -36,7 +36,7 @@ class _CloneInput:
 
 
 @dataclass(frozen=True)
-class _Reorder:
+class Reorder:
     """Move ``node`` (with the views it needs, ``moved``) just before ``before``."""
 
     hazard: Hazard
@@ -46,22 +46,23 @@ class _Reorder:
     evidence: tuple[str, ...]
 
 
-_Fix = _CloneInput | _Reorder
+#: A planned fix: a clone of what a node reads, or a reordering.
+Fix = CloneInput | Reorder
 
 
-def _apply(graph: torch.fx.Graph, fixes: Sequence[_Fix]) -> tuple[list[Guarded], list[torch.fx.Node]]:
+def _apply(graph: torch.fx.Graph, fixes: Sequence[Fix]) -> tuple[list[Guarded], list[torch.fx.Node]]:
     """Apply the fixes (the one place the planned fixes mutate a graph); returns what was done and the copies made."""
     done: list[Guarded] = []
     copies: list[torch.fx.Node] = []
     b: Builder | None = None
     for fix in fixes:
-        if isinstance(fix, _Reorder):
+        if isinstance(fix, Reorder):
             for n in (*fix.moved, fix.node):
                 fix.before.prepend(n)
             done.append(Guarded(fix.hazard, fix.node.name, "reorder", tuple(n.name for n in (*fix.moved, fix.node)), 0, fix.evidence))
             continue
         if b is None:
-            b = _builder(graph)
+            b = node_builder(graph)
         start = len(b.created)
         with graph.inserting_before(fix.before):
             source = fix.value
@@ -81,7 +82,7 @@ def _apply(graph: torch.fx.Graph, fixes: Sequence[_Fix]) -> tuple[list[Guarded],
                 c = value = b.call(aten.clone.default, (source,))
         fix.user.replace_input_with(fix.value, value)
         helpers = tuple(n.name for n in b.created[start:] if n is not c)
-        done.append(Guarded(fix.hazard, fix.user.name, "clone", (c.name,), _nbytes(c), fix.evidence + helpers))
+        done.append(Guarded(fix.hazard, fix.user.name, "clone", (c.name,), copy_nbytes(c), fix.evidence + helpers))
         copies.append(c)
     if fixes:
         graph.lint()
@@ -89,9 +90,9 @@ def _apply(graph: torch.fx.Graph, fixes: Sequence[_Fix]) -> tuple[list[Guarded],
     return done, copies
 
 
-def _guarded_rounds(
+def guarded_rounds(
     graph: torch.fx.Graph,
-    plan: Callable[[AliasAnalysis], list[_Fix]],
+    plan: Callable[[AliasAnalysis], list[Fix]],
     *,
     relevant: Callable[[torch.fx.Graph], bool],
     donated_inputs: Iterable[int],
@@ -123,5 +124,5 @@ def _guarded_rounds(
     return GuardReport(tuple(done), copies=tuple(copies))
 
 
-def _where(f: _Fix) -> torch.fx.Node:
-    return f.node if isinstance(f, _Reorder) else f.user
+def _where(f: Fix) -> torch.fx.Node:
+    return f.node if isinstance(f, Reorder) else f.user

@@ -16,10 +16,18 @@ import torch.fx
 from aliasing import AliasAnalysis
 from aliasing.core.facts import same_region
 from aliasing.core.regions import Region, regions_may_overlap
-from rewrite.guard.common import _flat_args, _is_pure_view, _meta_only_use, _reads, _region_of_value, _tensor, _views_of
-from rewrite.guard.fixes import _CloneInput, _Fix, _guarded_rounds
+from rewrite.guard.common import (
+    flat_args,
+    is_pure_view,
+    meta_only_use,
+    reads_of,
+    region_of_value,
+    strided_tensor,
+    views_of,
+)
+from rewrite.guard.fixes import CloneInput, Fix, guarded_rounds
 from rewrite.guard.hazards import GuardReport, Hazard, InductorModel, OutputRoles
-from rewrite.guard.reinplacing import _INDEX_PUTS, Reinplacing, predict_reinplacing
+from rewrite.guard.reinplacing import INDEX_PUTS, Reinplacing, predict_reinplacing
 from rewrite.guard.storage_views import guard_storage_views
 from rewrite.lowering.scatter import SCATTER_VIEWS
 
@@ -31,9 +39,9 @@ aten = torch.ops.aten
 def _late_uses(a: AliasAnalysis, value: torch.fx.Node, after: torch.fx.Node) -> list[torch.fx.Node]:
     """Nodes after ``after`` that read ``value`` or a view of it (the output node included)."""
     p = a.position(after)
-    views = set(_views_of(a, value))
+    views = set(views_of(a, value))
     return sorted(
-        {u for v in views for u in v.users if a.position(u) > p and not _meta_only_use(u, a) and u not in views},
+        {u for v in views for u in v.users if a.position(u) > p and not meta_only_use(u, a) and u not in views},
         key=a.position,
     )
 
@@ -71,15 +79,15 @@ def _reads_elsewhere(a: AliasAnalysis, r: Reinplacing, model: InductorModel) -> 
             if remapped:
                 return True
             continue
-        vt = _tensor(v)
+        vt = strided_tensor(v)
         for u in v.users:
             if a.position(u) >= end or u.op != "call_function" or _is_extern(u, model):
                 continue
-            ut = _tensor(u)
+            ut = strided_tensor(u)
             same = False
             if ut is not None and vt is not None and tuple(ut.shape) == tuple(vt.shape):
-                if _is_pure_view(a, u):
-                    same = same_region(_region_of_value(ut), _region_of_value(vt))
+                if is_pure_view(a, u):
+                    same = same_region(region_of_value(ut), region_of_value(vt))
                 elif isinstance(u.target, torch._ops.OpOverload) and torch.Tag.pointwise in u.target.tags:
                     same = same_region(
                         Region(0, tuple(ut.shape), tuple(ut.stride()), 1), Region(0, tuple(vt.shape), tuple(vt.stride()), 1)
@@ -92,47 +100,47 @@ def _output_aliases(a: AliasAnalysis, value: torch.fx.Node) -> list[torch.fx.Nod
     out = a.output_node
     if out is None:
         return []
-    views = set(_views_of(a, value))
+    views = set(views_of(a, value))
     return [x for x in out.all_input_nodes if x in views]
 
 
 def _returned_as_is(out: torch.fx.Node | None, outputs: OutputRoles | None) -> set[torch.fx.Node]:
     """The output values some position of which the runtime does not regenerate (all of them without ``outputs``)."""
-    flat = _flat_args(out)
+    flat = flat_args(out)
     regenerated = outputs.regenerated if outputs is not None else frozenset()
     return {x for i, x in enumerate(flat) if isinstance(x, torch.fx.Node) and i not in regenerated}
 
 
-def _dtype_view_hazards(a: AliasAnalysis) -> list[_Fix]:
+def _dtype_view_hazards(a: AliasAnalysis) -> list[Fix]:
     """H6: element-size-changing (or complex) dtype views of contiguous memory read before a later write."""
-    fixes: list[_Fix] = []
+    fixes: list[Fix] = []
     for d in a.nodes:
         if d.op != "call_function" or d.target is not aten.view.dtype or not isinstance(d.args[0], torch.fx.Node):
             continue
         base, dt = d.args[0], d.args[1]
-        bt, out = _tensor(base), _tensor(d)
+        bt, out = strided_tensor(base), strided_tensor(d)
         if bt is None or out is None or not isinstance(dt, torch.dtype):
             continue
         if bt.element_size() == out.element_size() and not (bt.is_complex() or out.is_complex()):
             continue  # a bitcast: Inductor tracks it like any read
         if not bt.is_contiguous():
             continue  # Inductor copies a non-contiguous base first
-        views = _views_of(a, d)
+        views = views_of(a, d)
         if any(acc.value in views for acc in a.accesses_overlapping(d, "write")):
             continue  # written through the view: cloning the base would change what it writes
-        readers = [u for v in views for u in v.users if u.op != "output" and v in _reads(a, u)]
+        readers = [u for v in views for u in v.users if u.op != "output" and v in reads_of(a, u)]
         if not readers:
             continue
         first = min(a.position(u) for u in readers)
         later = [w for w in a.writers(d) if a.position(w) > first]
         if later:
-            fixes.append(_CloneInput(Hazard.DTYPE_VIEW_READ_LATE, d, base, d, tuple(w.name for w in later[:3])))
+            fixes.append(CloneInput(Hazard.DTYPE_VIEW_READ_LATE, d, base, d, tuple(w.name for w in later[:3])))
     return fixes
 
 
 def plan_inductor_hazards(
     a: AliasAnalysis, model: InductorModel | None = None, outputs: OutputRoles | None = None
-) -> list[_Fix]:
+) -> list[Fix]:
     """H2-H6 on the final post-grad graph: the protective clones Inductor's later passes need.
 
     Only the classes in ``model.hazards`` are looked for; a fix of one class
@@ -144,9 +152,9 @@ def plan_inductor_hazards(
     """
     m = model or InductorModel()
     escaping = _returned_as_is(a.output_node, outputs)
-    fixes: list[_Fix] = []
+    fixes: list[Fix] = []
 
-    def add(fix: _Fix) -> bool:
+    def add(fix: Fix) -> bool:
         if fix.hazard.code not in m.hazards:
             return False
         fixes.append(fix)
@@ -159,20 +167,20 @@ def plan_inductor_hazards(
                 late = _late_uses(a, r.node, wb)
                 if late:
                     ev = (wb.name, *(u.name for u in late[:2]))
-                    if add(_CloneInput(Hazard.OVERWRITTEN_RESULT, r.node, r.into, r.node, ev, exact_layout=True)):
+                    if add(CloneInput(Hazard.OVERWRITTEN_RESULT, r.node, r.into, r.node, ev, exact_layout=True)):
                         continue
                 elif _reads_elsewhere(a, r, m) and add(
-                    _CloneInput(Hazard.WRITE_BACK_READS_ELSEWHERE, r.node, r.into, r.node, (wb.name,), exact_layout=True)
+                    CloneInput(Hazard.WRITE_BACK_READS_ELSEWHERE, r.node, r.into, r.node, (wb.name,), exact_layout=True)
                 ):
                     continue
             if wb is not None and r.drops_write_back:
                 out = a.output_node
                 for v in _output_aliases(a, r.node):
                     if out is not None and v in escaping:
-                        add(_CloneInput(Hazard.ESCAPING_RESULT, out, v, out, (r.into.name, wb.name), exact_layout=True))
+                        add(CloneInput(Hazard.ESCAPING_RESULT, out, v, out, (r.into.name, wb.name), exact_layout=True))
             if r.source is not None and r.region is not None and _overlaps_destination(a, r):
                 user = r.start
-                add(_CloneInput(Hazard.OVERLAPPING_SOURCE, user, r.source, user, (r.into.name,)))
+                add(CloneInput(Hazard.OVERLAPPING_SOURCE, user, r.source, user, (r.into.name,)))
     if "H6" in m.hazards:
         fixes.extend(_dtype_view_hazards(a))
     return fixes
@@ -221,7 +229,7 @@ def guard_inductor_hazards(
     m = model or InductorModel()
     rebased = guard_storage_views(graph, m) if "H9" in m.hazards else GuardReport()
     return rebased.merged(
-        _guarded_rounds(
+        guarded_rounds(
             graph,
             lambda a: plan_inductor_hazards(a, m, outputs),
             relevant=_has_inductor_hazard_nodes,
@@ -234,5 +242,5 @@ def guard_inductor_hazards(
 def _has_inductor_hazard_nodes(graph: torch.fx.Graph) -> bool:
     """Scatters and index_puts (H2-H5) or dtype views (H6)."""
     return any(
-        graph.find_nodes(op="call_function", target=t) for t in (*SCATTER_VIEWS, *_INDEX_PUTS, aten.view.dtype)
+        graph.find_nodes(op="call_function", target=t) for t in (*SCATTER_VIEWS, *INDEX_PUTS, aten.view.dtype)
     )

@@ -14,14 +14,14 @@ import torch.utils._pytree as pytree
 from aliasing.core.facts import known_equal, meta_value, storage_identity
 from rewrite.editing.nodes import Builder, recompile, static_int, view_chain
 from rewrite.guard.common import (
-    _builder,
-    _flat_args,
-    _is_pre_existing,
-    _nbytes,
-    _output_of,
-    _same_layout,
-    _tensor,
+    copy_nbytes,
+    flat_args,
+    is_pre_existing,
     log,
+    node_builder,
+    output_of,
+    same_layout,
+    strided_tensor,
 )
 from rewrite.guard.hazards import ALL_HAZARDS, Guarded, GuardReport, Hazard, OutputRoles
 
@@ -73,7 +73,7 @@ def plan_offset_clones(graph: torch.fx.Graph) -> list[torch.fx.Node]:
         v = c.args[0]
         if not isinstance(v, torch.fx.Node):
             continue
-        ct, vt = _tensor(c), _tensor(v)
+        ct, vt = strided_tensor(c), strided_tensor(v)
         if ct is None or vt is None:
             continue
         same_meta = (
@@ -148,18 +148,18 @@ def _guard_offset_clones(graph: torch.fx.Graph) -> GuardReport:
         clones = plan_offset_clones(graph)
         if not clones:
             return GuardReport()
-        b = _builder(graph)
+        b = node_builder(graph)
         for c in clones:
             v = c.args[0]
             assert isinstance(v, torch.fx.Node)  # checked by plan_offset_clones
-            vt, ct = _tensor(v), _tensor(c)
+            vt, ct = strided_tensor(v), strided_tensor(c)
             if vt is None or ct is None:
                 continue
             start = len(b.created)
             with graph.inserting_before(c):
                 sizes, strides, offset = _layout_args(b, v, vt)
                 copy = b.call(aten.as_strided_copy.default, (v, sizes, strides, offset))
-            nt = _tensor(copy)
+            nt = strided_tensor(copy)
             if nt is None or not (
                 all(known_equal(p, q) for p, q in zip(nt.stride(), ct.stride())) and known_equal(nt.storage_offset(), 0)
             ):
@@ -171,7 +171,7 @@ def _guard_offset_clones(graph: torch.fx.Graph) -> GuardReport:
             readers = tuple(u.name for u in c.users if _observes_layout(u))
             c.replace_all_uses_with(copy)
             graph.erase_node(c)
-            done.append(Guarded(Hazard.OFFSET_CLONE_DROPPED, c.name, "clone", (copy.name,), _nbytes(copy), readers))
+            done.append(Guarded(Hazard.OFFSET_CLONE_DROPPED, c.name, "clone", (copy.name,), copy_nbytes(copy), readers))
         graph.lint()
         recompile(graph)
     except Exception as e:
@@ -214,24 +214,24 @@ def plan_collapsed_outputs(graph: torch.fx.Graph, outputs: OutputRoles | None = 
     The first such value of a storage keeps its place (its root, if it is
     returned).
     """
-    out = _output_of(graph)
-    flat = _flat_args(out)
+    out = output_of(graph)
+    flat = flat_args(out)
     returned = range(len(flat)) if outputs is None else sorted(i for i in outputs.returned if i < len(flat))
-    inputs = {storage_identity(meta_value(n)) for n in graph.nodes if _is_pre_existing(n)}
+    inputs = {storage_identity(meta_value(n)) for n in graph.nodes if is_pre_existing(n)}
     groups: dict[int, list[torch.fx.Node]] = {}
     roots: dict[int, torch.fx.Node] = {}
     for i in returned:
         x = flat[i]
         if not isinstance(x, torch.fx.Node):
             continue
-        t = _tensor(x)
+        t = strided_tensor(x)
         key = storage_identity(t)
         if t is None or key is None or key in inputs:
             continue
         found = view_chain(x)
         root = found[0] if found is not None else x
-        rt = _tensor(root)
-        if rt is None or storage_identity(rt) != key or not _same_layout(t, rt):
+        rt = strided_tensor(root)
+        if rt is None or storage_identity(rt) != key or not same_layout(t, rt):
             continue  # returned as a reinterpret_tensor of the root's buffer: an object of its own
         members = groups.setdefault(key, [])
         roots[key] = root
@@ -272,10 +272,10 @@ def guard_collapsed_outputs(graph: torch.fx.Graph, outputs: OutputRoles | None =
     done: list[Guarded] = []
     try:
         plans = plan_collapsed_outputs(graph, outputs)
-        out = _output_of(graph)
+        out = output_of(graph)
         if not plans or out is None:
             return GuardReport()
-        b = _builder(graph)
+        b = node_builder(graph)
         flat, spec = pytree.tree_flatten(out.args[0])
         for c in plans:
             with graph.inserting_before(out):

@@ -13,16 +13,17 @@ import torch.fx
 from aliasing import AliasAnalysis
 from aliasing.core.regions import Region
 from rewrite.editing.nodes import computing
-from rewrite.guard.common import _is_pre_existing, _is_write_back, _meta_only_use, _region_of_value, _tensor
+from rewrite.guard.common import is_pre_existing, is_write_back, meta_only_use, region_of_value, strided_tensor
 from rewrite.guard.hazards import InductorModel
 from rewrite.lowering.scatter import SCATTER_VIEWS
 
-__all__ = ["Reinplacing", "predict_reinplacing"]
+__all__ = ["INDEX_PUTS", "Reinplacing", "predict_reinplacing"]
 
 aten = torch.ops.aten
 
 
-_INDEX_PUTS = frozenset({aten.index_put.default, aten._unsafe_index_put.default})
+#: The ``index_put`` overloads Inductor writes in place (besides the scatters).
+INDEX_PUTS = frozenset({aten.index_put.default, aten._unsafe_index_put.default})
 
 
 #: Scatters Inductor always lowers as a mutation (``_ALWAYS_MUTATING_SCATTER_OPS``' views).
@@ -97,7 +98,7 @@ def _uses_between(
             p = a.position(u)
             if p <= lo or p >= hi:
                 continue
-            if u in chain or _meta_only_use(u, a):
+            if u in chain or meta_only_use(u, a):
                 continue
             if u.target is aten.copy_.default and u.args[0] is into:
                 continue
@@ -126,7 +127,7 @@ def predict_reinplacing(a: AliasAnalysis, model: InductorModel | None = None) ->
     m = model or InductorModel()
     first_write_back: dict[torch.fx.Node, torch.fx.Node] = {}
     for n in a.nodes:
-        if _is_write_back(n):
+        if is_write_back(n):
             first_write_back.setdefault(n.args[0], n)  # type: ignore[arg-type]
     inner_of_fused: set[torch.fx.Node] = set()  # scatters Inductor fuses into the scatter of their result
     for n in a.nodes:
@@ -140,7 +141,7 @@ def predict_reinplacing(a: AliasAnalysis, model: InductorModel | None = None) ->
         if n.op != "call_function" or not n.args or not isinstance(n.args[0], torch.fx.Node):
             continue
         is_scatter = n.target in SCATTER_VIEWS
-        if not is_scatter and n.target not in _INDEX_PUTS:
+        if not is_scatter and n.target not in INDEX_PUTS:
             continue
         if n in inner_of_fused:
             continue
@@ -152,20 +153,20 @@ def predict_reinplacing(a: AliasAnalysis, model: InductorModel | None = None) ->
             views.append(inner)
             inner = _fused_inner(inner)
         write_back: torch.fx.Node | None = None
-        if _is_pre_existing(into):
+        if is_pre_existing(into):
             write_back = first_write_back.get(into)
             if write_back is None:
                 continue  # R1
             if _uses_between(a, into, start, write_back, views):
                 continue  # R2
-        elif any(_is_pre_existing(v) for s in a.storage_of(into) for v in a.values_in(s)):
+        elif any(is_pre_existing(v) for s in a.storage_of(into) for v in a.values_in(s)):
             continue  # R1: a view of an input
         elif _uses_between(a, into, start, None, views):
             continue  # R2
         drops = write_back is not None and write_back.args[1] is n
         if is_scatter:
             mutating = any(v.target in _ALWAYS_MUTATING for v in views)
-            if not (mutating or (_realized(into, m) and _realized(n, m)) or (_is_pre_existing(into) and drops)):
+            if not (mutating or (_realized(into, m) and _realized(n, m)) or (is_pre_existing(into) and drops)):
                 continue  # R3
         region = _written_region(views) if is_scatter else None
         out.append(Reinplacing(n, into, start, write_back, drops, source if isinstance(source, torch.fx.Node) else None, region))
@@ -174,7 +175,7 @@ def predict_reinplacing(a: AliasAnalysis, model: InductorModel | None = None) ->
 
 def _written_region(scatters: list[torch.fx.Node]) -> Region | None:
     """The region the (fused) scatter chain writes in its outer input's storage."""
-    t = _tensor(scatters[0].args[0])  # type: ignore[arg-type]
+    t = strided_tensor(scatters[0].args[0])  # type: ignore[arg-type]
     if t is None:
         return None
     mode = getattr(t, "fake_mode", None)
@@ -185,4 +186,4 @@ def _written_region(scatters: list[torch.fx.Node]) -> Region | None:
                 t = view(t, *s.args[2:], **s.kwargs)
     except Exception:
         return None
-    return _region_of_value(t)
+    return region_of_value(t)

@@ -8,8 +8,8 @@ import torch
 import torch.fx
 
 from aliasing import AliasAnalysis
-from rewrite.guard.common import _is_pure_view, _is_write_back, _reads, _view_root
-from rewrite.guard.fixes import _CloneInput, _Fix, _guarded_rounds, _Reorder
+from rewrite.guard.common import is_pure_view, is_write_back, reads_of, view_root
+from rewrite.guard.fixes import CloneInput, Fix, Reorder, guarded_rounds
 from rewrite.guard.hazards import ALL_HAZARDS, GuardReport, Hazard
 
 __all__ = ["guard_stale_reads", "plan_stale_reads"]
@@ -22,14 +22,14 @@ def _epilogue_start(a: AliasAnalysis) -> int:
     nodes = a.nodes
     start = len(nodes)
     for n in reversed(nodes):
-        if n.op == "output" or _is_write_back(n) or _is_pure_view(a, n) or n.op in ("placeholder", "get_attr"):
+        if n.op == "output" or is_write_back(n) or is_pure_view(a, n) or n.op in ("placeholder", "get_attr"):
             start -= 1
             continue
         break
     return start
 
 
-def plan_stale_reads(a: AliasAnalysis) -> list[_Fix]:
+def plan_stale_reads(a: AliasAnalysis) -> list[Fix]:
     """H1: the first write-back that reads an input after its own write-back, and how to restore the old value.
 
     Only the trailing epilogue of write-backs is considered: anywhere else a
@@ -38,13 +38,13 @@ def plan_stale_reads(a: AliasAnalysis) -> list[_Fix]:
     """
     start = _epilogue_start(a)
     nodes = a.nodes
-    write_backs = [n for n in nodes[start:] if _is_write_back(n)]
-    fixes: list[_Fix] = []
+    write_backs = [n for n in nodes[start:] if is_write_back(n)]
+    fixes: list[Fix] = []
     for n in write_backs:
         pos = a.position(n)
         stale: list[tuple[torch.fx.Node, torch.fx.Node]] = []  # (value read, the write-back it reads after)
-        for x in _reads(a, n):
-            root = _view_root(a, x)
+        for x in reads_of(a, n):
+            root = view_root(a, x)
             for w in write_backs:
                 if a.position(w) >= pos:
                     break
@@ -57,10 +57,10 @@ def plan_stale_reads(a: AliasAnalysis) -> list[_Fix]:
         evidence = tuple(sorted({w.name for _, w in stale}))
         reorder = _plan_reorder(a, n, first, {x for x, _ in stale})
         if reorder is not None:
-            return [_Reorder(Hazard.STALE_INPUT_READ, n, first, reorder, evidence)]
+            return [Reorder(Hazard.STALE_INPUT_READ, n, first, reorder, evidence)]
         for x, w in stale:
-            replay_from = None if a.position(x) < a.position(w) else _view_root(a, x)
-            fixes.append(_CloneInput(Hazard.STALE_INPUT_READ, n, x, w, evidence, replay_from))
+            replay_from = None if a.position(x) < a.position(w) else view_root(a, x)
+            fixes.append(CloneInput(Hazard.STALE_INPUT_READ, n, x, w, evidence, replay_from))
         return fixes
     return fixes
 
@@ -75,7 +75,7 @@ def _plan_reorder(
     touching_dst = {acc.node for acc in a.accesses_overlapping(dst)}  # type: ignore[arg-type]
     if any(m in touching_dst for m in between):
         return None  # a node in between reads or writes what ``n`` writes
-    for x in _reads(a, n):
+    for x in reads_of(a, n):
         if x in stale:
             continue
         if any(acc.node in between for acc in a.accesses_overlapping(x, "write")):
@@ -86,7 +86,7 @@ def _plan_reorder(
         x = todo.pop()
         if x in moved:
             continue
-        if not _is_pure_view(a, x):
+        if not is_pure_view(a, x):
             return None
         moved.append(x)
         todo.extend(y for y in x.all_input_nodes if a.position(y) >= lo)
@@ -117,10 +117,10 @@ def guard_stale_reads(
     """
     if "H1" not in hazards:
         return GuardReport()
-    return _guarded_rounds(
+    return guarded_rounds(
         graph, plan_stale_reads, relevant=_has_two_write_backs, donated_inputs=donated_inputs, max_rounds=8
     )
 
 
 def _has_two_write_backs(graph: torch.fx.Graph) -> bool:
-    return sum(1 for n in graph.find_nodes(op="call_function", target=aten.copy_.default) if _is_write_back(n)) >= 2
+    return sum(1 for n in graph.find_nodes(op="call_function", target=aten.copy_.default) if is_write_back(n)) >= 2

@@ -10,7 +10,7 @@ import torch.fx
 
 from aliasing.core.facts import storage_identity
 from rewrite.editing.nodes import Builder, LoweringSkip, computing, recompile, static_int, undo, view_chain
-from rewrite.guard.common import _builder, _is_pre_existing, _same_layout, _tensor, log
+from rewrite.guard.common import is_pre_existing, log, node_builder, same_layout, strided_tensor
 from rewrite.guard.hazards import Guarded, GuardReport, Hazard, InductorModel
 
 __all__ = ["StorageView", "guard_storage_views", "plan_storage_views"]
@@ -51,7 +51,7 @@ def plan_storage_views(graph: torch.fx.Graph, model: InductorModel | None = None
         if chain is None:
             continue  # the operand owns its storage: Inductor realizes all of it
         root, views = chain
-        rt, vt = _tensor(root), _tensor(v)
+        rt, vt = strided_tensor(root), strided_tensor(v)
         if rt is None or vt is None or storage_identity(rt) is None or storage_identity(rt) != storage_identity(vt):
             continue
         if _buffer_before_views(root, m) or any(_realizing_view(x, m) for x in views):
@@ -69,7 +69,7 @@ def _buffer_before_views(root: torch.fx.Node, model: InductorModel) -> bool:
     fallback's result (``lowering.fallbacks`` grows as Inductor lowers ops
     that fall back only for some arguments).
     """
-    return _is_pre_existing(root) or any(u.op == "output" for u in root.users) or root.target in model.kernel_targets
+    return is_pre_existing(root) or any(u.op == "output" for u in root.users) or root.target in model.kernel_targets
 
 
 def _realizing_view(x: torch.fx.Node, model: InductorModel) -> bool:
@@ -81,7 +81,7 @@ def _realizing_view(x: torch.fx.Node, model: InductorModel) -> bool:
     # Inductor adds view.dtype to its fallbacks the first time an element size changes; a bitcast stays a view
     if not isinstance(x.args[0], torch.fx.Node):
         return False
-    bt, out = _tensor(x.args[0]), _tensor(x)
+    bt, out = strided_tensor(x.args[0]), strided_tensor(x)
     if bt is None or out is None:
         return False
     return bt.element_size() != out.element_size() or bt.is_complex() or out.is_complex()
@@ -89,7 +89,7 @@ def _realizing_view(x: torch.fx.Node, model: InductorModel) -> bool:
 
 def _storage_base(b: Builder, root: torch.fx.Node, dtype: torch.dtype) -> torch.fx.Node:
     """``root``, or (for a view of another dtype) its storage as one flat ``dtype`` view: what as_strided's units are."""
-    rt = _tensor(root)
+    rt = strided_tensor(root)
     if rt is None:
         raise LoweringSkip(f"{root.name} has no tensor metadata")
     if rt.dtype == dtype:
@@ -134,12 +134,12 @@ def guard_storage_views(graph: torch.fx.Graph, model: InductorModel | None = Non
         plans = plan_storage_views(graph, model)
         if not plans:
             return GuardReport()
-        b = _builder(graph)
+        b = node_builder(graph)
         erased: set[torch.fx.Node] = set()  # plans may share views (nested as_strided of one view)
         for sv in plans:
             n, v = sv.node, sv.node.args[0]
             assert isinstance(v, torch.fx.Node)  # checked by plan_storage_views
-            vt, nt = _tensor(v), _tensor(n)
+            vt, nt = strided_tensor(v), strided_tensor(n)
             if vt is None or nt is None:
                 continue
             start = len(b.created)
@@ -159,7 +159,7 @@ def guard_storage_views(graph: torch.fx.Graph, model: InductorModel | None = Non
                 undo(graph, b, start)
                 log.debug("as_strided %s not rebased onto %s: %s", n.name, sv.root.name, e)
                 continue
-            if not _same_layout(got, nt):
+            if not same_layout(got, nt):
                 undo(graph, b, start)
                 log.debug("as_strided %s not rebased onto %s: the layout would change", n.name, sv.root.name)
                 continue

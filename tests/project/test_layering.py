@@ -13,6 +13,11 @@
 - only the adapters import ``torch._inductor`` (``rewrite/inductor.py``), ``vllm``
   (``rewrite/vllm.py``) or ``sglang`` (``rewrite/sglang.py``);
 - no module writes ``node.meta``;
+- a library module's private names (one leading underscore) stay in it: no library
+  module imports another module's private name, neither ``from m import _name`` nor
+  ``m._name`` on an imported module (``import m``, ``from package import m``);
+- no function or method of the library has a body longer than 60 lines (from its
+  first statement after the docstring to its last line);
 - Hypothesis is a test dependency only: the library, its command line and the
   equivalence oracle import and run without it (checked in a subprocess where
   ``import hypothesis`` fails).
@@ -56,13 +61,26 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
+def _from_base(node: ast.ImportFrom, package: str) -> str:
+    """The absolute name of the module ``from ... import`` reads in package ``package`` (relative imports resolved)."""
+    base = node.module or ""
+    if node.level:
+        anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join([*anchor, base] if base else anchor)
+    return base
+
+
+def _package_of(path: Path, module: str) -> str:
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
 def _runtime_imports(path: Path, module: str, *, type_checking: bool = False) -> set[str]:
     """Absolute names of every module ``path`` imports at run time (relative imports resolved).
 
     With ``type_checking`` the imports of ``if TYPE_CHECKING:`` blocks count too.
     """
     tree = ast.parse(path.read_text(), filename=str(path))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    package = _package_of(path, module)
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
@@ -73,10 +91,7 @@ def _runtime_imports(path: Path, module: str, *, type_checking: bool = False) ->
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
+            base = _from_base(node, package)
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
         for child in ast.iter_child_nodes(node):
@@ -235,6 +250,151 @@ def test_nothing_writes_node_meta() -> None:
 
 def _is_meta(expr: ast.expr) -> bool:
     return isinstance(expr, ast.Attribute) and expr.attr == "meta"
+
+
+def _is_private(name: str) -> bool:
+    """One leading underscore, not a dunder: ``_name``, not ``__all__``."""
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _dotted(expr: ast.expr) -> str | None:
+    """``a.b.c`` for a chain of attributes on a name, else None."""
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute):
+        inner = _dotted(expr.value)
+        return None if inner is None else f"{inner}.{expr.attr}"
+    return None
+
+
+def _private_imports(sources: dict[str, Path], modules: set[str]) -> list[str]:
+    """``module:line target._name`` for each private name of another module of ``modules`` that one
+    of ``sources`` imports: ``from target import _name`` (relative ones resolved), or ``alias._name``
+    where ``alias`` is a module of ``modules`` bound by ``import target [as alias]`` or
+    ``from package import target [as alias]`` (imports anywhere: function bodies and
+    ``if TYPE_CHECKING:`` blocks too). A module's use of its own private names is not one."""
+    found: list[str] = []
+    for module, path in sources.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        package = _package_of(path, module)
+        bound: dict[str, str] = {}  # local name -> the module it names
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        bound[alias.asname] = alias.name
+                    else:
+                        top = alias.name.split(".")[0]
+                        bound[top] = top
+            elif isinstance(node, ast.ImportFrom):
+                base = _from_base(node, package)
+                for alias in node.names:
+                    if f"{base}.{alias.name}" in modules:
+                        bound[alias.asname or alias.name] = f"{base}.{alias.name}"
+                    if _is_private(alias.name) and base in modules and base != module:
+                        found.append(f"{module}:{node.lineno} {base}.{alias.name}")
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and _is_private(node.attr)):
+                continue
+            dotted = _dotted(node.value)
+            if dotted is None:
+                continue
+            head, _, rest = dotted.partition(".")
+            if head not in bound:
+                continue
+            target = ".".join([bound[head], rest]) if rest else bound[head]
+            if target in modules and target != module:
+                found.append(f"{module}:{node.lineno} {target}.{node.attr}")
+    return sorted(found)
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    sources = _sources()
+    library = {m: p for m, p in sources.items() if m.split(".")[0] in LIBRARY}
+    bad = _private_imports(library, set(sources))
+    assert bad == [], f"library modules that import another module's private name: {bad}"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from rewrite.guard.common import _helper\n",
+        "from rewrite.guard.common import log, _helper as helper\n",
+        "from .common import _helper\n",
+        "from ..guard.common import _helper\n",
+        "from rewrite.guard import _helper\n",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rewrite.guard.common import _Helper\n",
+        "def f():\n    from aliasing.core.effects import _helper\n    return _helper\n",
+        "import rewrite.guard.common\nrewrite.guard.common._helper()\n",
+        "import rewrite.guard.common as common\ncommon._helper()\n",
+        "from rewrite.guard import common\ncommon._helper()\n",
+        "from rewrite.guard import common as c\nx = c._CONSTANT\n",
+    ],
+)
+def test_the_private_name_rule_catches_an_import(tmp_path: Path, source: str) -> None:
+    path = tmp_path / "module.py"
+    modules = set(_sources())
+    path.write_text(source)
+    assert _private_imports({"rewrite.guard.module": path}, modules) != []
+    path.write_text(
+        "import torch\nimport torch.fx\nfrom torch.utils import _pytree\nfrom rewrite.guard.common import log\n"
+        "from rewrite.guard import common\nfrom . import common as c\n"
+        "x = torch._ops.OpOverload\ny = common.__name__, c.log, common.log.__class__\n"
+        "def _own():\n    return _own\n"
+        "class _Own:\n    def f(self):\n        return self._attr, _Own._other\n"
+    )
+    assert _private_imports({"rewrite.guard.module": path}, modules) == []
+    path.write_text("from rewrite.guard.module import _own\nimport rewrite.guard.module as me\nme._own()\n")
+    assert _private_imports({"rewrite.guard.module": path}, modules) == []  # its own private names
+
+
+#: The longest function or method body of the library, in lines.
+MAX_BODY_LINES = 60
+
+
+def _long_functions(sources: dict[str, Path], limit: int = MAX_BODY_LINES) -> list[str]:
+    """``module:line name (n lines)`` for each function or method (nested ones too) whose body,
+    from its first statement after the docstring to its last line, is longer than ``limit`` lines."""
+    found: list[str] = []
+
+    def visit(node: ast.AST, module: str, scope: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                visit(child, module, scope)
+                continue
+            name = f"{scope}.{child.name}" if scope else child.name
+            if not isinstance(child, ast.ClassDef):
+                body = child.body[1:] if ast.get_docstring(child, clean=False) is not None else child.body
+                lines = (child.end_lineno or child.lineno) - body[0].lineno + 1 if body else 0
+                if lines > limit:
+                    found.append(f"{module}:{child.lineno} {name} ({lines} lines)")
+            visit(child, module, name)
+
+    for module, path in sources.items():
+        visit(ast.parse(path.read_text(), filename=str(path)), module, "")
+    return sorted(found)
+
+
+def test_no_function_body_longer_than_the_limit() -> None:
+    library = {m: p for m, p in _sources().items() if m.split(".")[0] in LIBRARY}
+    bad = _long_functions(library)
+    assert bad == [], f"functions whose body is longer than {MAX_BODY_LINES} lines (split them): {bad}"
+
+
+def test_the_body_length_rule_counts_from_the_first_statement(tmp_path: Path) -> None:
+    path = tmp_path / "module.py"
+    statements = "".join(f"    x{i} = {i}\n" for i in range(MAX_BODY_LINES))
+    docstring = '    """A docstring\n\n    of four lines.\n    """\n'
+    path.write_text(f"def f():\n{docstring}{statements}")
+    assert _long_functions({"rewrite.module": path}) == []
+    path.write_text(f"def f():\n{docstring}{statements}    return x0\n")
+    assert _long_functions({"rewrite.module": path}) == [f"rewrite.module:1 f ({MAX_BODY_LINES + 1} lines)"]
+    nested = "".join(f"            y{i} = {i}\n" for i in range(MAX_BODY_LINES + 1))
+    path.write_text(f"class C:\n    @property\n    def g(self):\n        def h():\n{nested}        return h\n")
+    assert _long_functions({"rewrite.module": path}) == [
+        f"rewrite.module:3 C.g ({MAX_BODY_LINES + 3} lines)",
+        f"rewrite.module:4 C.g.h ({MAX_BODY_LINES + 1} lines)",
+    ]
 
 
 def test_hypothesis_is_only_a_test_dependency() -> None:

@@ -50,15 +50,9 @@ from __future__ import annotations
 from rewrite.testing.programs.profiles import CI_SETTINGS, FUZZ_SETTINGS, SOAK_SETTINGS, register_profiles
 
 # isort: split
-# (``_name as _name``: private names that tests draw programs with, re-exported.)
-from rewrite.testing.programs.builder import _KINDS as _KINDS
-from rewrite.testing.programs.builder import _Builder as _Builder
 from rewrite.testing.programs.checking import check_pass
 from rewrite.testing.programs.custom_ops import CUSTOM_OPS_SOURCE, FUZZ_NAMESPACE
-from rewrite.testing.programs.inputs import _draw_inputs as _draw_inputs
-from rewrite.testing.programs.inputs import _inputs_source as _inputs_source
 from rewrite.testing.programs.program import Program
-from rewrite.testing.programs.strategies import _finish as _finish
 from rewrite.testing.programs.strategies import programs, sample_programs
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The statement builder: draws a program's statements one at a time, each kept only when valid.
 
-:class:`_Builder` puts the statement kinds of :data:`_KINDS` together (clones,
+:class:`ProgramBuilder` puts the statement kinds of :data:`KINDS` together (clones,
 hazards, views, in-place writes, pointwise ops, ``out=`` writes, custom ops,
 norms, patterns) and draws the program's outputs. While drawing, every
 statement is executed on real tensors, and a statement is only kept when it is
@@ -14,14 +14,14 @@ from collections.abc import Callable, Sequence
 
 import hypothesis.strategies as st
 
-from rewrite.testing.programs.norms import _NORM_CALLS, _NormStatements
-from rewrite.testing.programs.patterns import _PatternStatements
-from rewrite.testing.programs.values import _clone_keeps_layout, _Rejected
-from rewrite.testing.programs.views import _ViewStatements
-from rewrite.testing.programs.writes import _WriteStatements
+from rewrite.testing.programs.norms import NORM_CALLS, NormStatements
+from rewrite.testing.programs.patterns import PatternStatements
+from rewrite.testing.programs.values import Rejected, clone_keeps_layout
+from rewrite.testing.programs.views import ViewStatements
+from rewrite.testing.programs.writes import WriteStatements
 
 #: The statement kinds and their weights (each is drawn by ``_draw_<kind>``).
-_KINDS: tuple[tuple[str, int], ...] = (
+KINDS: tuple[tuple[str, int], ...] = (
     ("clone", 3),
     ("hazard", 8),
     ("view", 8),
@@ -34,7 +34,7 @@ _KINDS: tuple[tuple[str, int], ...] = (
 )
 
 
-class _Builder(_ViewStatements, _WriteStatements, _NormStatements, _PatternStatements):
+class ProgramBuilder(ViewStatements, WriteStatements, NormStatements, PatternStatements):
     """Draws statements one at a time, executing each on real tensors to keep it valid."""
 
     def __init__(
@@ -52,11 +52,11 @@ class _Builder(_ViewStatements, _WriteStatements, _NormStatements, _PatternState
     ) -> None:
         self.max_lines = max_lines
         self.draw = draw
-        self.kinds = tuple(kinds) if _NORM_CALLS else tuple(k for k in kinds if k[0] != "norm")
+        self.kinds = tuple(kinds) if NORM_CALLS else tuple(k for k in kinds if k[0] != "norm")
         self.allow_custom_ops = any(kind == "custom" for kind, _ in kinds)
         self.allow_hidden_effects = allow_hidden_effects
         self.allow_untrusted_ops = allow_untrusted_ops
-        self.norm_calls = _NORM_CALLS
+        self.norm_calls = NORM_CALLS
         self.alias_bias = alias_bias
         self.max_size = max_size
         self.inputs_source = inputs_source
@@ -85,7 +85,7 @@ class _Builder(_ViewStatements, _WriteStatements, _NormStatements, _PatternState
                 chosen = kind
                 break
             roll -= weight
-        with contextlib.suppress(_Rejected):  # a statement the state cannot take: draw nothing
+        with contextlib.suppress(Rejected):  # a statement the state cannot take: draw nothing
             getattr(self, f"_draw_{chosen}")()
 
     def _draw_hazard(self) -> None:
@@ -102,7 +102,7 @@ class _Builder(_ViewStatements, _WriteStatements, _NormStatements, _PatternState
             # Inputs not cloned yet (a second clone reads the original again), and
             # mostly inputs whose clone has the same layout (else C1 alone decides).
             candidates = [v for v in candidates if v.storage not in cloned] or candidates
-            same_layout = [v for v in candidates if _clone_keeps_layout(v.tensor)]
+            same_layout = [v for v in candidates if clone_keeps_layout(v.tensor)]
             if same_layout and self._int(0, 3) != 0:
                 candidates = same_layout
             src = self._choice(candidates)
@@ -127,7 +127,7 @@ class _Builder(_ViewStatements, _WriteStatements, _NormStatements, _PatternState
         if self._int(0, 3) != 0:  # read one side afterwards
             parts.append((sides[self._int(0, 1)], self._draw_pointwise))
         for aim, part in parts:
-            with contextlib.suppress(_Rejected), self._aiming(aim):
+            with contextlib.suppress(Rejected), self._aiming(aim):
                 part()
         # Half the time, later statements stop aiming at this pair (so that the hazard
         # is not always masked by later reads and writes of both sides).

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import hypothesis.strategies as st
 
-from rewrite.testing.programs.values import _shape_args
+from rewrite.testing.programs.values import shape_args
 
 _RANKS = st.sampled_from([2, 1, 3, 4])  # matrices first: most views need two dimensions
 
@@ -21,19 +21,20 @@ class _InputSpec:
         shape = self.shape
         if self.layout == "transposed":
             base = (*shape[:-2], shape[-1], shape[-2])
-            return f"torch.randn({_shape_args(base)}, generator=g).transpose(-2, -1)"
+            return f"torch.randn({shape_args(base)}, generator=g).transpose(-2, -1)"
         if self.layout == "strided":
             base = (*shape[:-1], 2 * shape[-1])
-            return f"torch.randn({_shape_args(base)}, generator=g)[..., ::2]"
+            return f"torch.randn({shape_args(base)}, generator=g)[..., ::2]"
         if self.layout == "offset":
             base = (shape[0] + 1, *shape[1:])
-            return f"torch.randn({_shape_args(base)}, generator=g)[1:]"
-        return f"torch.randn({_shape_args(shape)}, generator=g)"
+            return f"torch.randn({shape_args(base)}, generator=g)[1:]"
+        return f"torch.randn({shape_args(shape)}, generator=g)"
 
 
-def _draw_inputs(
+def draw_inputs(
     draw: st.DrawFn, *, max_inputs: int, max_size: int, allow_donation: bool
 ) -> tuple[list[_InputSpec], tuple[int, ...]]:
+    """Draw the inputs (1 to ``max_inputs``, sizes up to ``max_size``) and which of them are donated."""
     count = draw(st.integers(1, max_inputs))
     specs: list[_InputSpec] = []
     donated: list[int] = []
@@ -47,7 +48,8 @@ def _draw_inputs(
     return specs, tuple(donated)
 
 
-def _inputs_source(specs: Sequence[_InputSpec], seed: int) -> str:
+def make_inputs_source(specs: Sequence[_InputSpec], seed: int) -> str:
+    """The source of a ``make_inputs()`` that makes the inputs of ``specs`` from ``seed``."""
     lines = ["def make_inputs():", f"    g = torch.Generator().manual_seed({seed})"]
     lines += [f"    x{i} = {spec.expression()}" for i, spec in enumerate(specs)]
     lines.append(f"    return [{', '.join(f'x{i}' for i in range(len(specs)))}]")

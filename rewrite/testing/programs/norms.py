@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aliasing.core.hidden_effects import HIDDEN_EFFECTS
-from rewrite.testing.programs.state import _BuilderState
-from rewrite.testing.programs.values import _compiled, _elements, _Rejected, _shape_tuple, _Value
+from rewrite.testing.programs.state import BuilderState
+from rewrite.testing.programs.values import Rejected, Value, compiled, shape_tuple, storage_elements
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class _NormCall:
 
 #: The norm calls drawn (the functional forms twice, as weights), each kept only while
 #: its table entry says it writes running statistics.
-_NORM_CALLS: tuple[_NormCall, ...] = tuple(
+NORM_CALLS: tuple[_NormCall, ...] = tuple(
     call
     for call in (
         _NormCall(
@@ -70,16 +70,16 @@ _NORM_CALLS: tuple[_NormCall, ...] = tuple(
 )
 
 
-class _NormStatements(_BuilderState):
+class NormStatements(BuilderState):
     """Draws a norm call, its running statistics, its input and its affine parameters."""
 
     norm_calls: tuple[_NormCall, ...]
 
     @staticmethod
-    def _disjoint(v: _Value, others: Sequence[_Value]) -> bool:
+    def _disjoint(v: Value, others: Sequence[Value]) -> bool:
         return all(o.storage != v.storage or not (o.elements & v.elements) for o in others)
 
-    def _aimed(self, candidates: Sequence[_Value]) -> bool:
+    def _aimed(self, candidates: Sequence[Value]) -> bool:
         """Whether ``candidates`` satisfy the current aim (no aim, or one of them lives there)."""
         return self._aim is None or any(v.storage == self._aim for v in candidates)
 
@@ -98,12 +98,12 @@ class _NormStatements(_BuilderState):
         rm = self._norm_stat(None, training, avoid=())
         try:
             rv = self._norm_stat(rm.shape[0], training, avoid=(rm,))
-        except _Rejected:  # no vector fits: a clone of the running mean (both are then written)
+        except Rejected:  # no vector fits: a clone of the running mean (both are then written)
             self._draw_clone(rm)
             rv = self.values[-1]
         stats = [rm, rv]
-        written: _Value | None = None  # the side of the clone pair the norm gets
-        other: _Value | None = None  # the side it does not get
+        written: Value | None = None  # the side of the clone pair the norm gets
+        other: Value | None = None  # the side it does not get
         if hazard:
             which = self._int(0, 1)
             self._draw_clone(stats[which])
@@ -133,14 +133,14 @@ class _NormStatements(_BuilderState):
             with self._aiming((other if self._int(0, 3) != 0 else written).storage):
                 self._draw_pointwise()
 
-    def _norm_stat(self, length: int | None, training: bool, avoid: Sequence[_Value]) -> _Value:
+    def _norm_stat(self, length: int | None, training: bool, avoid: Sequence[Value]) -> Value:
         """A vector for a running statistic: an existing one, or a new 1-D view of a value.
 
         In train mode it is written, so it must have no internal overlap and be
         disjoint from ``avoid`` (the other statistic).
         """
 
-        def fits(v: _Value) -> bool:
+        def fits(v: Value) -> bool:
             if v.tensor.dim() != 1 or (length is not None and v.shape[0] != length):
                 return False
             return not training or (v.writable and self._disjoint(v, avoid))
@@ -163,26 +163,26 @@ class _NormStatements(_BuilderState):
                     start = self._int(0, n - length)
                     parts.append(f"{start}:{start + length}")
             expr = f"{base.name}[{', '.join(parts)}]"
-            view = eval(_compiled(expr, "<fxa_fuzz>", "eval"), self.env)  # a view: no side effect
-            if fits(_Value("", "view", view, _elements(view), view.untyped_storage().data_ptr())):
+            view = eval(compiled(expr, "<fxa_fuzz>", "eval"), self.env)  # a view: no side effect
+            if fits(Value("", "view", view, storage_elements(view), view.untyped_storage().data_ptr())):
                 self._emit(expr, "view")
                 return self.values[-1]
-        raise _Rejected("no running statistic fits")
+        raise Rejected("no running statistic fits")
 
-    def _norm_input(self, call: _NormCall, channels: int, training: bool, avoid: Sequence[_Value]) -> _Value:
+    def _norm_input(self, call: _NormCall, channels: int, training: bool, avoid: Sequence[Value]) -> Value:
         """An input ``(N, C, ...)`` for the norm: an existing value, or a reshape or expand of one.
 
         In train mode it needs more than one value per statistic and must not
         overlap the statistics (it is read while they are written).
         """
         if channels <= 0:
-            raise _Rejected("statistics of a zero-size dimension")
+            raise Rejected("statistics of a zero-size dimension")
 
         def enough(shape: Sequence[int]) -> bool:
             per = math.prod(shape[2:]) if call.instance else math.prod(shape) // channels
             return not training or per > 1
 
-        def fits(v: _Value) -> bool:
+        def fits(v: Value) -> bool:
             rank_ok = v.tensor.dim() >= (3 if call.instance else 2)
             return (
                 rank_ok
@@ -209,16 +209,16 @@ class _NormStatements(_BuilderState):
             rest = v.tensor.numel() // channels
             if call.instance or self._int(0, 1):
                 k = self._choice([f for f in range(2 if call.instance else 1, rest + 1) if rest % f == 0])
-                shape = _shape_tuple((rest // k, channels, k))
+                shape = shape_tuple((rest // k, channels, k))
             else:
                 shape = f"(-1, {channels})"
             self._emit(f"{v.name}.reshape({shape})", "view")
         made = self.values[-1]
         if not fits(made):
-            raise _Rejected("norm input does not fit")
+            raise Rejected("norm input does not fit")
         return made
 
-    def _norm_affine(self, channels: int, training: bool, avoid: Sequence[_Value]) -> str:
+    def _norm_affine(self, channels: int, training: bool, avoid: Sequence[Value]) -> str:
         """``None`` or a vector of ``channels`` values (read; in train mode disjoint from the statistics)."""
         if self._int(0, 1) == 0:
             return "None"

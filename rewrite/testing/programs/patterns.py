@@ -33,11 +33,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rewrite.testing.programs.state import _BuilderState
-from rewrite.testing.programs.values import _Rejected, _Value
+from rewrite.testing.programs.state import BuilderState
+from rewrite.testing.programs.values import Rejected, Value
 
 #: What a pattern draws after its clone: ``draw(builder, clone, original)``.
-_PatternDraw = Callable[[_BuilderState, _Value, _Value], None]
+_PatternDraw = Callable[[BuilderState, Value, Value], None]
 
 
 @dataclass(frozen=True)
@@ -56,11 +56,11 @@ class _Pattern:
     read_after: bool = True
 
 
-def _unused(b: _BuilderState, c: _Value, o: _Value) -> None:
+def _unused(b: BuilderState, c: Value, o: Value) -> None:
     """Nothing: the layout-changing clone stays unused."""
 
 
-def _layout_clone_read(b: _BuilderState, c: _Value, o: _Value) -> None:
+def _layout_clone_read(b: BuilderState, c: Value, o: Value) -> None:
     """The layout-changing clone read directly, copied, or read through a rearrangement, a view
     or an in-place result."""
     direct = ["torch.sin({c})", "{c} * 2.0", "{c} + 1.0", "{c}.neg()", "{c} + {o}", "{c}.clone()", "copy"]
@@ -72,28 +72,28 @@ def _layout_clone_read(b: _BuilderState, c: _Value, o: _Value) -> None:
     elif consumer == "copy":
         dst = [v for v in b.values if v.writable and v.shape == o.shape and v.name != c.name]
         if not dst:
-            raise _Rejected("no destination")
+            raise Rejected("no destination")
         b._emit(f"{b._choice(dst).name}.copy_({c.name})", "inplace", bind=b._bind_inplace())
     else:
         b._emit(consumer.format(c=c.name, o=o.name), "fresh")
 
 
-def _dead_read_after_write(b: _BuilderState, c: _Value, o: _Value) -> None:
+def _dead_read_after_write(b: BuilderState, c: Value, o: Value) -> None:
     """A write of the original, then a read of the clone that nothing uses."""
     if not o.writable:
-        raise _Rejected("original not writable")
+        raise Rejected("original not writable")
     write = b._choice(["{o}.add_(1.0)", "{o}.mul_(-0.5)", "{o}.zero_()"])
     b._emit(write.format(o=o.name), "inplace", bind=False)
     b._emit(b._choice(["{c}.sum()", "{c} * 2.0", "{c}.amax()"]).format(c=c.name), "fresh")
 
 
-def _clone_only_written(b: _BuilderState, c: _Value, o: _Value) -> None:
+def _clone_only_written(b: BuilderState, c: Value, o: Value) -> None:
     """A write of the clone, which nothing reads."""
     write = b._choice(["{c}.add_(1.0)", "{c}.mul_({o})", "{c}.zero_()", "{c}.fill_(0.5)"])
     b._emit(write.format(c=c.name, o=o.name), "inplace", bind=False)
 
 
-def _same_elements(b: _BuilderState, c: _Value, o: _Value) -> None:
+def _same_elements(b: BuilderState, c: Value, o: Value) -> None:
     """One node that reads and writes the same elements of the clone and of its original."""
     forms = ["{c}.mul_({o})", "{c}.add_({o})", "torch.mul({o}, 2.0, out={c})", "torch.add({o}, {c}, out={c})"]
     if o.writable:
@@ -101,7 +101,7 @@ def _same_elements(b: _BuilderState, c: _Value, o: _Value) -> None:
     b._emit(b._choice(forms).format(c=c.name, o=o.name), "inplace", bind=b._bind_inplace())
 
 
-def _copy_between(b: _BuilderState, c: _Value, o: _Value) -> None:
+def _copy_between(b: BuilderState, c: Value, o: Value) -> None:
     """A ``copy_`` between the clone and its original, half the time after a write of one side."""
     forms = ["{c}.copy_({o})"] + (["{o}.copy_({c})"] if o.writable else [])
     if b._int(0, 1):  # after a write of one side
@@ -110,10 +110,10 @@ def _copy_between(b: _BuilderState, c: _Value, o: _Value) -> None:
     b._emit(b._choice(forms).format(c=c.name, o=o.name), "inplace", bind=b._bind_inplace())
 
 
-def _write_then_overwrite(b: _BuilderState, c: _Value, o: _Value) -> None:
+def _write_then_overwrite(b: BuilderState, c: Value, o: Value) -> None:
     """A write of one side, then a full overwrite of the other."""
     if not o.writable:
-        raise _Rejected("original not writable")
+        raise Rejected("original not writable")
     written, other = b._choice([(c, o), (o, c)])
     b._emit(f"{written.name}.add_(1.0)", "inplace", bind=False)
     source = b._source_for(other, allow_same=False)
@@ -121,10 +121,10 @@ def _write_then_overwrite(b: _BuilderState, c: _Value, o: _Value) -> None:
     b._emit(b._choice(forms).format(x=other.name, s=source.name if source else ""), "inplace", bind=False)
 
 
-def _dead_index_put(b: _BuilderState, c: _Value, o: _Value) -> None:
+def _dead_index_put(b: BuilderState, c: Value, o: Value) -> None:
     """The clone written and read, then a dead indexing write of the original."""
     if not o.writable or o.tensor.dim() == 0:
-        raise _Rejected("original not writable, or a scalar")
+        raise Rejected("original not writable, or a scalar")
     b._emit(f"{c.name}.mul_(2.0)", "inplace", bind=False)
     b._emit(f"{c.name}.neg()", "fresh")
     n0 = o.tensor.shape[0]
@@ -132,7 +132,7 @@ def _dead_index_put(b: _BuilderState, c: _Value, o: _Value) -> None:
     b._emit(f"{o.name}.index_put_({index})", "inplace", bind=False)
 
 
-def _two_dead_clones(b: _BuilderState, c: _Value, o: _Value) -> None:
+def _two_dead_clones(b: BuilderState, c: Value, o: Value) -> None:
     """Two dead clones and a dead ``_to_copy`` candidate, reading what both groups share."""
     b._emit(b._choice(["{c}.add_(1.0)", "{c}.mul_(2.0)"]).format(c=c.name), "inplace", bind=False)
     b._emit(b._choice(["{c}.cumsum(0)", "{c} * 2.0"]).format(c=c.name), "fresh")
@@ -158,7 +158,7 @@ _PATTERNS: tuple[_Pattern, ...] = (
 )
 
 
-class _PatternStatements(_BuilderState):
+class PatternStatements(BuilderState):
     """Draws one of the patterns of :data:`_PATTERNS`."""
 
     def _draw_pattern(self, which: int | None = None) -> None:
@@ -173,12 +173,12 @@ class _PatternStatements(_BuilderState):
             with self._aiming((clone if self._int(0, 1) else original).storage):
                 self._draw_pointwise()
 
-    def _pattern_clone(self, *, layout_changing: bool) -> tuple[_Value, _Value]:
+    def _pattern_clone(self, *, layout_changing: bool) -> tuple[Value, Value]:
         """Emit the clone a pattern starts with; return (the clone, its original)."""
         if layout_changing:
             strided = [v for v in self.values if not v.tensor.is_contiguous() and v.tensor.numel() > 1]
             if not strided:
-                raise _Rejected("no non-contiguous value")
+                raise Rejected("no non-contiguous value")
             src = self._pick(strided)
             form = self._choice(["{x}.contiguous()", "{x}.clone(memory_format=torch.contiguous_format)"])
         else:

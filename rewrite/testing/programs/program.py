@@ -22,7 +22,7 @@ from aliasing.core.fake_values import mark_offsets_unknown
 from rewrite.testing.equivalence import quiet_torch_trace
 from rewrite.testing.programs.custom_ops import CUSTOM_OPS_SOURCE
 
-__all__ = ["TRACING_MODES", "Program"]
+__all__ = ["TRACING_MODES", "Program", "load_functions"]
 
 _HEADER = "import torch\nfrom torch.fx.experimental.proxy_tensor import make_fx\n"
 
@@ -138,7 +138,7 @@ class Program:
         uses_custom_ops: bool,
         tracing_mode: str = "fake",
     ) -> None:
-        self._fn, self._make_inputs = _load(function_source, inputs_source)
+        self._fn, self._make_inputs = load_functions(function_source, inputs_source)
         self.function_source = function_source
         self.inputs_source = inputs_source
         self.donated_inputs = donated_inputs
@@ -210,7 +210,9 @@ _TRACES: collections.OrderedDict[tuple[str, str, str], tuple[_Traced, str]] = co
 _TRACE_CACHE_SIZE = 512
 
 
-def _load(function_source: str, inputs_source: str) -> tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]:
+def load_functions(
+    function_source: str, inputs_source: str
+) -> tuple[Callable[..., Any], Callable[[], list[torch.Tensor]]]:
     """The ``program`` function and the ``make_inputs`` function the two sources define."""
     namespace: dict[str, Any] = {"torch": torch}
     exec(compile(function_source + "\n" + inputs_source, "<fxa_fuzz program>", "exec"), namespace)

@@ -1,10 +1,10 @@
 """The statement builder's state and the drawing primitives every kind of statement uses.
 
-:class:`_BuilderState` holds a program being drawn: its statements so far, the
+:class:`BuilderState` holds a program being drawn: its statements so far, the
 real tensors they made (each statement runs on real tensors as it is drawn, and
 a statement the tensors reject is dropped) and the clone pairs later statements
 aim at. The statement kinds (views, writes, norms, patterns) are mixins over it,
-put together by :class:`rewrite.testing.programs.builder._Builder`.
+put together by :class:`rewrite.testing.programs.builder.ProgramBuilder`.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ import hypothesis.strategies as st
 import torch
 
 from rewrite.testing.programs.values import (
-    _MAX_RANK,
-    _broadcast,
-    _broadcasts_to,
-    _compiled,
-    _elements,
-    _integers,
-    _Rejected,
-    _Value,
+    MAX_RANK,
+    Rejected,
+    Value,
+    broadcast,
+    broadcasts_to,
+    compiled,
+    integers,
+    storage_elements,
 )
 
 _T = TypeVar("_T")
@@ -41,10 +41,10 @@ def _bindable(value: object) -> bool:
     return True
 
 
-class _BuilderState:
+class BuilderState:
     """A program being drawn, with the helpers that draw operands and emit statements.
 
-    The attributes are set by :class:`~rewrite.testing.programs.builder._Builder`.
+    The attributes are set by :class:`~rewrite.testing.programs.builder.ProgramBuilder`.
     """
 
     max_lines: int
@@ -62,7 +62,7 @@ class _BuilderState:
     uses_custom_ops: bool
     counter: int
     env: dict[str, Any]
-    values: list[_Value]
+    values: list[Value]
     _history: list[tuple[str, tuple[str, ...], str]]
     _aim: int | None  # storage that operand picks must use while set (hazards)
     _focus_off: bool  # no aiming at the last clone pair (set after some hazards)
@@ -71,7 +71,7 @@ class _BuilderState:
 
     def _reset(self) -> None:
         namespace: dict[str, Any] = {"torch": torch}
-        exec(_compiled(self.inputs_source, "<fxa_fuzz inputs>", "exec"), namespace)
+        exec(compiled(self.inputs_source, "<fxa_fuzz inputs>", "exec"), namespace)
         inputs = namespace["make_inputs"]()
         self.env = {"torch": torch}
         self.values = []
@@ -82,18 +82,18 @@ class _BuilderState:
         """Rebuild the real state after a rejected statement may have half-run."""
         self._reset()
         for line, names, kind in self._history:
-            result = eval(_compiled(line, "<fxa_fuzz>", "eval"), self.env)
+            result = eval(compiled(line, "<fxa_fuzz>", "eval"), self.env)
             self._bind_result(names, kind, result)
 
     def _bind(self, name: str, kind: str, tensor: torch.Tensor) -> None:
         self.env[name] = tensor
         storage = tensor.untyped_storage().data_ptr()
-        self.values.append(_Value(name, kind, tensor, _elements(tensor), storage))
+        self.values.append(Value(name, kind, tensor, storage_elements(tensor), storage))
 
     def _bind_result(self, names: tuple[str, ...], kind: str, result: Any) -> None:
         bound = [result] if isinstance(result, torch.Tensor) else list(result)[: len(names)] if names else []
         if not all(_bindable(t) for t in bound):  # a list in a tuple, a functorch-wrapped tensor...
-            raise _Rejected("a result that is not a plain tensor")
+            raise Rejected("a result that is not a plain tensor")
         if isinstance(result, torch.Tensor):
             if names:
                 self._bind(names[0], kind, result)
@@ -110,8 +110,8 @@ class _BuilderState:
 
     def _int(self, lo: int, hi: int) -> int:
         if hi < lo:  # a zero-size dimension: nothing to index, slice or split
-            raise _Rejected("an empty range")
-        return self.draw(_integers(lo, hi))
+            raise Rejected("an empty range")
+        return self.draw(integers(lo, hi))
 
     def _choice(self, options: Sequence[_T]) -> _T:
         return options[self._int(0, len(options) - 1)]
@@ -128,10 +128,10 @@ class _BuilderState:
         clone, original = self.clones[-1]
         return [by_name[clone].storage, by_name[original].storage]
 
-    def _pick(self, candidates: Sequence[_Value]) -> _Value:
+    def _pick(self, candidates: Sequence[Value]) -> Value:
         """Pick a candidate; with probability ``alias_bias``, one living with the focused clone or its original."""
         if not candidates:
-            raise _Rejected("no candidate")
+            raise Rejected("no candidate")
         if self._aim is not None:
             aimed = [v for v in candidates if v.storage == self._aim]
             if aimed:
@@ -145,14 +145,14 @@ class _BuilderState:
         return self._choice(candidates)
 
     def _source_for(
-        self, dst: _Value, *, shape: Sequence[int] | None = None, allow_same: bool = True
-    ) -> _Value | None:
+        self, dst: Value, *, shape: Sequence[int] | None = None, allow_same: bool = True
+    ) -> Value | None:
         """A value readable while writing ``dst``: broadcastable, disjoint from (or identical to) it."""
         target = dst.shape if shape is None else tuple(shape)
         ok = [
             v
             for v in self.values
-            if _broadcasts_to(v.shape, target)
+            if broadcasts_to(v.shape, target)
             and (
                 v.storage != dst.storage
                 or not (v.elements & dst.elements)
@@ -164,7 +164,7 @@ class _BuilderState:
         return self._pick(ok)
 
     @staticmethod
-    def _same_or_disjoint(a: _Value, b: _Value) -> bool:
+    def _same_or_disjoint(a: Value, b: Value) -> bool:
         if a.storage != b.storage:
             return True
         same = (
@@ -191,12 +191,12 @@ class _BuilderState:
         ``original`` names the value a ``"clone"`` statement copies.
         """
         if len(self.lines) >= self.max_lines:
-            raise _Rejected("program is long enough")
+            raise Rejected("program is long enough")
         try:
-            result = eval(_compiled(expr, "<fxa_fuzz>", "eval"), self.env)
+            result = eval(compiled(expr, "<fxa_fuzz>", "eval"), self.env)
         except Exception as err:
             self._replay()
-            raise _Rejected(str(err)) from err
+            raise Rejected(str(err)) from err
         names: tuple[str, ...] = ()
         if bind and isinstance(result, torch.Tensor):
             names = self._fresh_names(1)
@@ -212,7 +212,7 @@ class _BuilderState:
         if kind == "clone":
             self.clones.append((names[0], original))
 
-    def _draw_clone(self, src: _Value | None = None) -> None:
+    def _draw_clone(self, src: Value | None = None) -> None:
         """A clone (``aten.clone`` with or without ``memory_format``, or a no-op ``_to_copy``) of ``src``.
 
         By default ``src`` is the last value made (chains such as ``y = x * 2;
@@ -238,15 +238,15 @@ class _BuilderState:
             form = self._choice(["{a} + 1.0", "{a} * 2.0", "torch.sin({a})", "{a}.neg()", "torch.relu({a})"])
             self._emit(form.format(a=a.name), "fresh")
             return
-        partners = [v for v in self.values if _broadcast(v.shape, a.shape) is not None]
-        partners = [v for v in partners if len(_broadcast(v.shape, a.shape) or ()) <= _MAX_RANK]
+        partners = [v for v in self.values if broadcast(v.shape, a.shape) is not None]
+        partners = [v for v in partners if len(broadcast(v.shape, a.shape) or ()) <= MAX_RANK]
         b = self._pick(partners)
         same = b.tensor is a.tensor or (b.storage == a.storage and b.elements == a.elements)
         forms = ["{a} + {b}", "{a} * {b}"] + ([] if same else ["torch.sub({a}, {b})"])
         form = self._choice(forms)
         self._emit(form.format(a=a.name, b=b.name), "fresh")
 
-    def _writable(self) -> _Value:
+    def _writable(self) -> Value:
         """A value without internal overlap, to write in place."""
         return self._pick([v for v in self.values if v.writable])
 

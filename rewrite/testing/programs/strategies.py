@@ -17,20 +17,20 @@ from hypothesis import HealthCheck, Phase, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import InvalidArgument
 
-from rewrite.testing.programs.builder import _KINDS, _Builder
-from rewrite.testing.programs.inputs import _draw_inputs, _inputs_source
-from rewrite.testing.programs.norms import _NORM_CALLS
+from rewrite.testing.programs.builder import KINDS, ProgramBuilder
+from rewrite.testing.programs.inputs import draw_inputs, make_inputs_source
+from rewrite.testing.programs.norms import NORM_CALLS
 from rewrite.testing.programs.profiles import hypothesis_tracer_paused
-from rewrite.testing.programs.program import TRACING_MODES, Program, _load
+from rewrite.testing.programs.program import TRACING_MODES, Program, load_functions
 
-__all__ = ["programs", "sample_programs"]
+__all__ = ["finish_program", "programs", "sample_programs"]
 
 _MORE = st.integers(0, 19)  # 0 stops
 _ENABLED = st.integers(0, 3)  # 0 disables a statement kind in one program
 
 
 @st.composite
-def _statement(draw: st.DrawFn, builder: _Builder) -> None:
+def _statement(draw: st.DrawFn, builder: ProgramBuilder) -> None:
     builder.step(draw)
 
 
@@ -52,20 +52,20 @@ def _programs(
 ) -> Program:
     with hypothesis_tracer_paused():  # the fuzzer's own work: only the pass under test is traced
         seed = draw(st.integers(0, 2**31 - 1))
-        specs, donated = _draw_inputs(draw, max_inputs=max_inputs, max_size=max_size, allow_donation=allow_donation)
-        inputs_source = _inputs_source(specs, seed)
+        specs, donated = draw_inputs(draw, max_inputs=max_inputs, max_size=max_size, allow_donation=allow_donation)
+        inputs_source = make_inputs_source(specs, seed)
         # Swarm testing: each program uses a random subset of the statement kinds (clones always).
         kinds = [
             (kind, weight)
-            for kind, weight in _KINDS
+            for kind, weight in KINDS
             if kind == "clone"
             or (
                 (kind != "custom" or allow_custom_ops)
-                and (kind != "norm" or (allow_hidden_effects and _NORM_CALLS))
+                and (kind != "norm" or (allow_hidden_effects and NORM_CALLS))
                 and draw(_ENABLED) != 0
             )
         ]
-        builder = _Builder(
+        builder = ProgramBuilder(
             draw,
             inputs_source=inputs_source,
             num_inputs=len(specs),
@@ -84,11 +84,12 @@ def _programs(
                 break
             attempts += 1
             draw(_statement(builder))
-        return _finish(builder, builder.outputs(draw, max_outputs), donated=donated, seed=seed, tracing_mode=tracing_mode)
+        outputs = builder.outputs(draw, max_outputs)
+        return finish_program(builder, outputs, donated=donated, seed=seed, tracing_mode=tracing_mode)
 
 
-def _finish(
-    builder: _Builder, outputs: Sequence[str], *, donated: tuple[int, ...], seed: int, tracing_mode: str = "fake"
+def finish_program(
+    builder: ProgramBuilder, outputs: Sequence[str], *, donated: tuple[int, ...], seed: int, tracing_mode: str = "fake"
 ) -> Program:
     """The program of ``builder``'s statements, returning ``outputs``."""
     params = ", ".join(builder.input_names)
@@ -117,7 +118,7 @@ def _finish(
 
 def _runs_eagerly(function_source: str, inputs_source: str) -> bool:
     try:
-        fn, make_inputs = _load(function_source, inputs_source)
+        fn, make_inputs = load_functions(function_source, inputs_source)
         fn(*make_inputs())
     except Exception:
         return False

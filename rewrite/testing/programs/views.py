@@ -11,8 +11,8 @@ import torch
 
 from aliasing.core.hidden_effects import HIDDEN_EFFECTS
 from rewrite.testing.programs.aten_sample import pure_overloads, schema_call
-from rewrite.testing.programs.state import _BuilderState
-from rewrite.testing.programs.values import _MAX_RANK, _compiled, _Rejected, _shape_args, _shape_tuple, _Value
+from rewrite.testing.programs.state import BuilderState
+from rewrite.testing.programs.values import MAX_RANK, Rejected, Value, compiled, shape_args, shape_tuple
 
 #: ``_unsafe_view`` returns a view its schema calls a fresh tensor (drawn among the views).
 _DRAW_UNSAFE_VIEW = HIDDEN_EFFECTS.get("aten::_unsafe_view") is not None
@@ -29,14 +29,14 @@ def _plain_tensors(result: object) -> bool:
     )
 
 
-class _ViewStatements(_BuilderState):
+class ViewStatements(BuilderState):
     """Draws a view of a value: one of the view ops that apply to its rank."""
 
     def _draw_view(self) -> None:
         x = self._pick(self.values)
         shape = x.shape
         rank = len(shape)
-        options: list[Callable[[_Value], str]] = [self._view_unsqueeze] if rank < _MAX_RANK else []
+        options: list[Callable[[Value], str]] = [self._view_unsqueeze] if rank < MAX_RANK else []
         if rank >= 1:
             options += [
                 self._view_view,
@@ -63,19 +63,19 @@ class _ViewStatements(_BuilderState):
         if rank <= 2:
             options.append(self._view_t)
         if not options:
-            raise _Rejected("no view applies")
+            raise Rejected("no view applies")
         self._emit(self._choice(options)(x), "view")
 
-    def _dim(self, x: _Value) -> int:
+    def _dim(self, x: Value) -> int:
         return self._int(0, x.tensor.dim() - 1)
 
-    def _view_view(self, x: _Value) -> str:
+    def _view_view(self, x: Value) -> str:
         return f"{x.name}.view({self._new_shape(x)})"
 
-    def _view_reshape(self, x: _Value) -> str:
+    def _view_reshape(self, x: Value) -> str:
         return f"{x.name}.reshape({self._new_shape(x)})"
 
-    def _new_shape(self, x: _Value) -> str:
+    def _new_shape(self, x: Value) -> str:
         shape = list(x.shape)
         how = self._int(0, 2)
         if how == 0 or len(shape) == 1:
@@ -88,11 +88,11 @@ class _ViewStatements(_BuilderState):
             factors = [f for f in range(1, shape[d] + 1) if shape[d] % f == 0]
             f = self._choice(factors)
             new = shape[:d] + [f, shape[d] // f] + shape[d + 1 :]
-            if len(new) > _MAX_RANK:
-                raise _Rejected("rank")
-        return _shape_tuple(new)
+            if len(new) > MAX_RANK:
+                raise Rejected("rank")
+        return shape_tuple(new)
 
-    def _view_slice(self, x: _Value) -> str:
+    def _view_slice(self, x: Value) -> str:
         d = self._dim(x)
         size = x.shape[d]
         start = self._int(0, size - 1)
@@ -101,54 +101,54 @@ class _ViewStatements(_BuilderState):
         index = ", ".join([":"] * d + [f"{start}:{stop}" + (f":{step}" if step != 1 else "")])
         return f"{x.name}[{index}]"
 
-    def _view_select(self, x: _Value) -> str:
+    def _view_select(self, x: Value) -> str:
         d = self._dim(x)
         i = self._int(0, x.shape[d] - 1)
         return f"{x.name}.select({d}, {i})" if self._int(0, 1) else f"{x.name}[{', '.join([':'] * d + [str(i)])}]"
 
-    def _view_narrow(self, x: _Value) -> str:
+    def _view_narrow(self, x: Value) -> str:
         d = self._dim(x)
         size = x.shape[d]
         start = self._int(0, size - 1)
         return f"{x.name}.narrow({d}, {start}, {self._int(1, size - start)})"
 
-    def _view_split(self, x: _Value) -> str:
+    def _view_split(self, x: Value) -> str:
         d = self._dim(x)
         return f"{x.name}.split({self._int(1, x.shape[d])}, {d})"
 
-    def _view_unbind(self, x: _Value) -> str:
+    def _view_unbind(self, x: Value) -> str:
         return f"{x.name}.unbind({self._dim(x)})"
 
-    def _view_chunk(self, x: _Value) -> str:
+    def _view_chunk(self, x: Value) -> str:
         d = self._dim(x)
         return f"torch.chunk({x.name}, {self._int(1, x.shape[d])}, {d})"
 
-    def _view_permute(self, x: _Value) -> str:
+    def _view_permute(self, x: Value) -> str:
         perms = list(itertools.permutations(range(x.tensor.dim())))
         return f"{x.name}.permute{self._choice(perms)!r}".replace(",)", ")")
 
-    def _view_transpose(self, x: _Value) -> str:
+    def _view_transpose(self, x: Value) -> str:
         d1 = self._dim(x)
         d2 = self._dim(x)
         return f"{x.name}.transpose({d1}, {d2})"
 
-    def _view_t(self, x: _Value) -> str:
+    def _view_t(self, x: Value) -> str:
         return f"{x.name}.t()"
 
-    def _view_expand(self, x: _Value) -> str:
+    def _view_expand(self, x: Value) -> str:
         shape = list(x.shape)
         if self._int(0, 1) == 0 and 1 in shape:
             new = [self._int(1, self.max_size) if s == 1 else s for s in shape]
-        elif len(shape) < _MAX_RANK:
+        elif len(shape) < MAX_RANK:
             new = [self._int(1, 4)] + shape
         else:
-            raise _Rejected("rank")
-        return f"{x.name}.expand({_shape_args(new)})"
+            raise Rejected("rank")
+        return f"{x.name}.expand({shape_args(new)})"
 
-    def _view_unsqueeze(self, x: _Value) -> str:
+    def _view_unsqueeze(self, x: Value) -> str:
         return f"{x.name}.unsqueeze({self._int(0, x.tensor.dim())})"
 
-    def _view_diagonal(self, x: _Value) -> str:
+    def _view_diagonal(self, x: Value) -> str:
         rank = x.tensor.dim()
         d1 = self._int(0, rank - 1)
         d2 = self._choice([d for d in range(rank) if d != d1])
@@ -156,31 +156,31 @@ class _ViewStatements(_BuilderState):
         offset = self._int(-(n1 - 1), n2 - 1)
         return f"{x.name}.diagonal({offset}, {d1}, {d2})"
 
-    def _view_custom(self, x: _Value) -> str:
+    def _view_custom(self, x: Value) -> str:
         self.uses_custom_ops = True
         return f"torch.ops.fxa_fuzz.first_half({x.name})"
 
-    def _view_unsafe_view(self, x: _Value) -> str:
+    def _view_unsafe_view(self, x: Value) -> str:
         shape = self._new_shape(x)
         return f"torch.ops.aten._unsafe_view({x.name}, {'(-1,)' if shape == '-1' else shape})"
 
-    def _view_dtype(self, x: _Value) -> str:
+    def _view_dtype(self, x: Value) -> str:
         """A dtype view (same element size): float32 <-> int32, anywhere in a chain of views."""
         dtype = x.tensor.dtype
         if dtype == torch.float32:
             return f"{x.name}.view(torch.int32)"
         if dtype == torch.int32:
             return f"{x.name}.view(torch.float32)"
-        raise _Rejected("no dtype view of the same element size")
+        raise Rejected("no dtype view of the same element size")
 
-    def _view_untrusted(self, x: _Value) -> str:
+    def _view_untrusted(self, x: Value) -> str:
         """An op whose schema declares a fresh result but that returns its argument or a view of it
         (CompositeImplicit ops that torch.export keeps; dequantize's CPU kernel on a float tensor)."""
         shape, rank = x.shape, x.tensor.dim()
         forms = [
             f"torch.atleast_2d({x.name})",
             f"torch.atleast_3d({x.name})",
-            f"{x.name}.sum_to_size({_shape_args(shape)})",
+            f"{x.name}.sum_to_size({shape_args(shape)})",
             f"torch.broadcast_tensors({x.name}, {x.name})[{self._int(0, 1)}]",
             f"torch.conj_physical({x.name})",
             f"{x.name}.to_dense()",
@@ -192,7 +192,7 @@ class _ViewStatements(_BuilderState):
             forms += [f"torch.einsum('i->i', {x.name})", f"torch.cartesian_prod({x.name})"]
         return self._choice(forms)
 
-    def _aten_sample(self, x: _Value) -> str:
+    def _aten_sample(self, x: Value) -> str:
         """A call of a random ATen overload of the registry's ``pure`` ones (:mod:`.aten_sample`)."""
         overloads = pure_overloads()
         for _ in range(8):  # most overloads take no such arguments: try a few (each call run on the real state)
@@ -200,14 +200,14 @@ class _ViewStatements(_BuilderState):
             if call is None:
                 continue
             try:
-                result = eval(_compiled(call, "<fxa_fuzz>", "eval"), dict(self.env))
+                result = eval(compiled(call, "<fxa_fuzz>", "eval"), dict(self.env))
             except Exception:
                 continue
             if _plain_tensors(result):
                 return call
-        raise _Rejected("no overload drawn runs with arguments made from its schema")
+        raise Rejected("no overload drawn runs with arguments made from its schema")
 
-    def _view_unsafe_split(self, x: _Value) -> str:
+    def _view_unsafe_split(self, x: Value) -> str:
         """``unsafe_split`` and ``unsafe_chunk``: views their schemas do not declare."""
         d = self._dim(x)
         k = self._int(1, x.shape[d])
@@ -215,7 +215,7 @@ class _ViewStatements(_BuilderState):
             return f"torch.ops.aten.unsafe_split({x.name}, {k}, {d})"
         return f"torch.unsafe_chunk({x.name}, {k}, {d})"
 
-    def _view_as_strided(self, x: _Value) -> str:
+    def _view_as_strided(self, x: Value) -> str:
         t = x.tensor
         if self._int(0, 3) == 0 and t.dim() == 1 and t.shape[0] >= 2:  # overlapping sliding windows
             k = self._int(1, t.shape[0] - 1)
@@ -230,4 +230,4 @@ class _ViewStatements(_BuilderState):
             order = self._choice(list(itertools.permutations(range(t.dim()))))
             size = tuple(sizes[i] for i in order)
             stride = tuple(t.stride()[i] for i in order)
-        return f"{x.name}.as_strided({_shape_tuple(size)}, {_shape_tuple(stride)}, {offset})"
+        return f"{x.name}.as_strided({shape_tuple(size)}, {shape_tuple(stride)}, {offset})"

@@ -7,11 +7,11 @@ the same tensor region, so results never depend on iteration order.
 
 from __future__ import annotations
 
-from rewrite.testing.programs.state import _BuilderState
-from rewrite.testing.programs.values import _broadcast, _Rejected
+from rewrite.testing.programs.state import BuilderState
+from rewrite.testing.programs.values import Rejected, broadcast
 
 
-class _WriteStatements(_BuilderState):
+class WriteStatements(BuilderState):
     """Draws a write of a value without internal overlap."""
 
     def _draw_inplace(self) -> None:
@@ -31,13 +31,13 @@ class _WriteStatements(_BuilderState):
         elif op == 2:  # copy_
             src = self._source_for(dst)
             if src is None:
-                raise _Rejected("no source")
+                raise Rejected("no source")
             expr = f"{d}.copy_({src.name})"
         elif op == 3:
             expr = f"{d}.zero_()" if self._int(0, 1) == 0 else f"{d}.fill_(0.75)"
         elif op == 4:  # index_put_ along dim 0
             if dst.tensor.dim() == 0:
-                raise _Rejected("rank")
+                raise Rejected("rank")
             n = dst.shape[0]
             start = self._int(0, n - 1)
             step = self._int(1, 2)
@@ -49,7 +49,7 @@ class _WriteStatements(_BuilderState):
         else:  # masked_fill_ with a mask computed from a value (possibly dst itself)
             mask = self._source_for(dst)
             if mask is None:
-                raise _Rejected("no mask source")
+                raise Rejected("no mask source")
             expr = f"{d}.masked_fill_({mask.name} > 0, 0.25)"
         self._emit(expr, "inplace", bind=self._bind_inplace())
 
@@ -57,13 +57,13 @@ class _WriteStatements(_BuilderState):
         dst = self._writable()
         a = self._source_for(dst)
         if a is None:
-            raise _Rejected("no source")
+            raise Rejected("no source")
         b = self._source_for(dst)
         op = self._choice(["add", "mul"])
         scalar = b is None or self._int(0, 2) == 0
         operand = ("1.0" if op == "add" else "2.0") if scalar or b is None else b.name
-        if _broadcast(a.shape, () if scalar or b is None else b.shape) != dst.shape:
-            raise _Rejected("out= shape")
+        if broadcast(a.shape, () if scalar or b is None else b.shape) != dst.shape:
+            raise Rejected("out= shape")
         self._emit(f"torch.{op}({a.name}, {operand}, out={dst.name})", "inplace", bind=self._bind_inplace())
 
     def _draw_custom(self) -> None:

@@ -34,7 +34,10 @@ from rewrite.errors import RewriteError
 from rewrite.planning.decisions import Decision
 from rewrite.planning.planner import plan_clone_elimination
 from rewrite.testing import check_equivalent, copy_program
-from rewrite.testing.programs import _KINDS, Program, _Builder, _draw_inputs, _finish, _inputs_source
+from rewrite.testing.programs import Program
+from rewrite.testing.programs.builder import KINDS, ProgramBuilder
+from rewrite.testing.programs.inputs import draw_inputs, make_inputs_source
+from rewrite.testing.programs.strategies import finish_program
 
 Fn = Callable[..., object]
 
@@ -352,14 +355,14 @@ def test_a_plan_erasing_a_node_that_stays_in_use_is_refused_naming_both() -> Non
 def _finding_3_program(data: st.DataObject) -> Program:
     """A drawn program around the fuzzer's pattern with finding 3's shape (``_draw_pattern(8)``),
     after and before a few statements of any kind."""
-    specs, donated = _draw_inputs(data.draw, max_inputs=2, max_size=5, allow_donation=True)
+    specs, donated = draw_inputs(data.draw, max_inputs=2, max_size=5, allow_donation=True)
     seed = data.draw(st.integers(0, 2**31 - 1))
-    builder = _Builder(
+    builder = ProgramBuilder(
         data.draw,
-        inputs_source=_inputs_source(specs, seed),
+        inputs_source=make_inputs_source(specs, seed),
         num_inputs=len(specs),
         alias_bias=0.75,
-        kinds=_KINDS,
+        kinds=KINDS,
         max_size=5,
         max_lines=40,
     )
@@ -369,7 +372,7 @@ def _finding_3_program(data: st.DataObject) -> Program:
     builder._draw_pattern(8)
     for _ in range(data.draw(st.integers(0, 2))):
         builder.step(data.draw)
-    return _finish(builder, builder.outputs(data.draw, 3), donated=donated, seed=seed)
+    return finish_program(builder, builder.outputs(data.draw, 3), donated=donated, seed=seed)
 
 
 def _symbolic(program: Program) -> torch.fx.GraphModule:

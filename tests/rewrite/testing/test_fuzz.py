@@ -726,7 +726,7 @@ def test_a_program_only_the_tracer_rejects_is_discarded_and_a_broken_one_raises(
 
     from hypothesis.errors import Unsatisfiable
 
-    from rewrite.testing.programs.strategies import _finish
+    from rewrite.testing.programs.strategies import finish_program
 
     program = _BATCH_NORM_THEN_VIEW.replace("def program(x0):\n", "").splitlines()
     builder = SimpleNamespace(
@@ -747,10 +747,10 @@ def test_a_program_only_the_tracer_rejects_is_discarded_and_a_broken_one_raises(
     @given(st.just(builder))
     @settings(max_examples=1, database=None, deadline=None)
     def draw(b: SimpleNamespace) -> None:
-        _finish(b, ["v1.view(-1)"], donated=(), seed=0)  # type: ignore[arg-type]
+        finish_program(b, ["v1.view(-1)"], donated=(), seed=0)  # type: ignore[arg-type]
 
     with pytest.raises(Unsatisfiable):  # every draw discarded, none failed
         draw()
     builder.lines.append("v2 = v1.view(5)")  # fails eagerly as well
     with pytest.raises(Exception, match=r"view|shape"):
-        _finish(builder, ["v2"], donated=(), seed=0)  # type: ignore[arg-type]
+        finish_program(builder, ["v2"], donated=(), seed=0)  # type: ignore[arg-type]
