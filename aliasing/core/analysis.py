@@ -30,7 +30,7 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -613,58 +613,60 @@ class _Builder:
             if multi is not None:
                 self.outmap[node] = dict.fromkeys(range(len(multi)), pts)
             self.bind(node, pts, facts)
-            return
-        if facts is not None or (SINGLE in effect.outputs and multi is None):
-            srcs = effect.outputs.get(SINGLE)
-            if srcs is None:
-                pts = self._fresh(node) if facts is not None else frozenset()
-            elif srcs and SINGLE in effect.copies and self.copied(node, srcs):
-                # A view-or-copy op (contiguous, reshape, to) that made a copy: fresh memory.
-                effect = replace(effect, outputs={**effect.outputs, SINGLE: ()}, note="a copy (see AliasAnalysis)")
-                self.effect_of[node] = effect
-                pts = self._fresh(node)
-            elif srcs:
-                pts = frozenset(self._union(srcs))
-                if (
-                    len(srcs) == 1
-                    and srcs[0] in effect.writes
-                    and srcs[0] in self.facts
-                    and not mutates_metadata(node.target)
-                ):
-                    # An in-place (or out=) op returns the tensor it wrote: its layout is that tensor's.
-                    facts = self.facts[srcs[0]]
-                elif not isinstance(node.target, torch._ops.HigherOrderOperator):  # HOP rules check their own
-                    facts = self.trusted(facts, srcs)
+        elif facts is not None or (SINGLE in effect.outputs and multi is None):
+            self._bind_result(node, effect, facts)
+        elif multi is not None or effect.outputs:
+            self._bind_results(node, effect, multi)
+
+    def _bind_result(self, node: torch.fx.Node, effect: Effect, facts: TensorFacts | None) -> None:
+        """Bind a call's one tensor result (:meth:`call`): fresh, a copy the trace recorded, or in
+        the storages of the arguments it aliases."""
+        srcs = effect.outputs.get(SINGLE)
+        if srcs is None:
+            pts = self._fresh(node) if facts is not None else frozenset()
+        elif srcs and SINGLE in effect.copies and self.copied(node, srcs):
+            # A view-or-copy op (contiguous, reshape, to) that made a copy: fresh memory.
+            effect = replace(effect, outputs={**effect.outputs, SINGLE: ()}, note="a copy (see AliasAnalysis)")
+            self.effect_of[node] = effect
+            pts = self._fresh(node)
+        elif srcs:
+            pts = frozenset(self._union(srcs))
+            if len(srcs) == 1 and srcs[0] in effect.writes and srcs[0] in self.facts and not mutates_metadata(node.target):
+                # An in-place (or out=) op returns the tensor it wrote: its layout is that tensor's.
+                facts = self.facts[srcs[0]]
+            elif not isinstance(node.target, torch._ops.HigherOrderOperator):  # HOP rules check their own
+                facts = self.trusted(facts, srcs)
+        else:
+            pts = self._fresh(node)
+        if pts:
+            self.bind(node, pts, facts)
+
+    def _bind_results(self, node: torch.fx.Node, effect: Effect, multi: Sequence[Any] | None) -> None:
+        """Bind a call's tuple or list result (:meth:`call`), output by output."""
+        keys = list(effect.outputs) if effect.outputs else list(range(len(multi or [])))
+        outs: dict[object, frozenset[int]] = {}
+        copied = [k for k in effect.copies if effect.outputs.get(k) and self.copied(node, effect.outputs[k], k)]
+        if copied:  # results the trace recorded as copies, trusted (see copied): fresh memory
+            effect = replace(effect, outputs={**effect.outputs, **dict.fromkeys(copied, ())}, note="copies (see AliasAnalysis)")
+            self.effect_of[node] = effect
+        # The fresh elements of a list result may be views of one allocation (nonzero_numpy):
+        # they share one fresh storage.
+        shared: frozenset[int] | None = None
+        one_allocation = list_result(node.target)
+        for k in keys:
+            srcs = effect.outputs.get(k, ())
+            if srcs:
+                outs[k] = frozenset(self._union(srcs))
+            elif one_allocation:
+                shared = outs[k] = shared or self._fresh(node)
             else:
-                pts = self._fresh(node)
-            if pts:
-                self.bind(node, pts, facts)
-            return
-        if multi is not None or effect.outputs:
-            keys = list(effect.outputs) if effect.outputs else list(range(len(multi or [])))
-            outs: dict[object, frozenset[int]] = {}
-            copied = [k for k in effect.copies if effect.outputs.get(k) and self.copied(node, effect.outputs[k], k)]
-            if copied:  # results the trace recorded as copies, trusted (see copied): fresh memory
-                effect = replace(effect, outputs={**effect.outputs, **dict.fromkeys(copied, ())}, note="copies (see AliasAnalysis)")
-                self.effect_of[node] = effect
-            # The fresh elements of a list result may be views of one allocation (nonzero_numpy):
-            # they share one fresh storage.
-            shared: frozenset[int] | None = None
-            one_allocation = list_result(node.target)
-            for k in keys:
-                srcs = effect.outputs.get(k, ())
-                if srcs:
-                    outs[k] = frozenset(self._union(srcs))
-                elif one_allocation:
-                    shared = outs[k] = shared or self._fresh(node)
-                else:
-                    outs[k] = self._fresh(node)
-            self.outmap[node] = outs
-            union: set[int] = set()
-            for pts in outs.values():
-                union |= pts
-            if union:
-                self.bind(node, frozenset(union), None)
+                outs[k] = self._fresh(node)
+        self.outmap[node] = outs
+        union: set[int] = set()
+        for pts in outs.values():
+            union |= pts
+        if union:
+            self.bind(node, frozenset(union), None)
 
     def short_call(self, pos: int, node: torch.fx.Node, effect: Effect) -> None:
         """:meth:`call` for the effect of a call that takes a short way (:meth:`EffectTable.short_effect`:

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -314,13 +314,14 @@ def _schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
 
 
 def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
+    """The op's template: what its schema, the registry and the hidden-effects table say of its
+    arguments and results; then which of the short ways its calls take (:func:`_short_ways`)."""
     from torch.utils._python_dispatch import get_alias_info
 
     info = get_alias_info(op)
     registry = classify(op)
     schema = op._schema
     returns = schema.returns
-    list_return = len(returns) == 1 and str(returns[0].type).startswith("List[")
     name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
     names = tuple(a.name for a in schema.arguments)
     hidden = HIDDEN_EFFECTS.get(schema.name)
@@ -340,54 +341,7 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
     )
     if undeclared:
         out_args = tuple(tensor_args if "Tensor" in str(r.type) else () for r in returns)
-    metadata_only = name in METADATA_ONLY or schema.name in METADATA_ONLY
-    unclassified = registry.kind == "unclassified" and schema.name.startswith("aten::")
-    may_write = any(arg_writes) or any(hidden_writes)
-    one_result = (
-        not (metadata_only or unclassified or may_write or list_return or registry.kind == "metadata-mutating")
-        and len(out_sets) == 1
-        and str(returns[0].type) == "Tensor"
-    )
-    # The one result may alias the first argument only: by the schema's annotation, or by the
-    # hidden-effects table where the schema declares none (``_unsafe_view``, ``dropout``).
-    aliases_first = one_result and (
-        out_args[0] == (0,) if view_of is None else (not out_args[0] and names[:1] == (view_of,))
-    )
-    plain = one_result and view_of is None and not out_args[0]
-    view = aliases_first and schema.name in VIEWS
-    view_or_copy = aliases_first and schema.name not in VIEWS
-    out_params = tuple(i for i in range(len(names)) if arg_writes[i] and kwarg_only[i])
-    write_only = _write_only(schema.name, names, arg_writes, kwarg_only, registry.kind)
-    inplace = (
-        not (metadata_only or unclassified or list_return or registry.kind == "metadata-mutating")
-        and len(out_sets) == 1
-        and str(returns[0].type) == "Tensor"
-        and out_args[0] == (0,)
-        and hidden is None
-        and not out_params
-        and arg_writes[:1] == (True,)
-        and not any(arg_writes[1:])
-        and not kwarg_only[0]
-        and write_only in ((), (0,))
-    )
-    list_view = (
-        list_return
-        and schema.name in VIEWS
-        and not (metadata_only or unclassified or may_write or registry.kind == "metadata-mutating")
-        and hidden is None
-        and len(out_sets) == 1
-        and out_args[0] == (0,)
-        and not kwarg_only[0]
-    )
-    mutator = (
-        not (metadata_only or unclassified or list_return or registry.kind == "metadata-mutating")
-        and not returns
-        and any(arg_writes)
-        and hidden is None
-        and not out_params
-        and not write_only
-    )
-    return _SchemaEffect(
+    template = _SchemaEffect(
         names=names,
         index={n: i for i, n in enumerate(names)},
         kwarg_only=kwarg_only,
@@ -396,28 +350,72 @@ def _compute_schema_effect(op: torch._ops.OpOverload) -> _SchemaEffect:
         tensor_args=tensor_args,
         out_sets=out_sets,
         out_args=out_args,
-        list_return=list_return,
-        metadata_only=metadata_only,
+        list_return=len(returns) == 1 and str(returns[0].type).startswith("List["),
+        metadata_only=name in METADATA_ONLY or schema.name in METADATA_ONLY,
         never_copies=schema.name in VIEWS,
         hidden_writes=hidden_writes,
         hidden_condition=names.index(condition) if condition in names else None,
         hidden_view_of=names.index(view_of) if view_of in names else None,
-        may_write=may_write,
+        may_write=any(arg_writes) or any(hidden_writes),
         mutates_metadata=registry.kind == "metadata-mutating",
-        out_params=out_params,
-        write_only=write_only,
-        unclassified=unclassified,
-        plain=plain,
-        mutator=mutator,
-        view=view,
-        view_or_copy=view_or_copy,
-        inplace=inplace,
-        list_view=list_view,
+        out_params=tuple(i for i in range(len(names)) if arg_writes[i] and kwarg_only[i]),
+        write_only=_write_only(schema.name, names, arg_writes, kwarg_only, registry.kind),
+        unclassified=registry.kind == "unclassified" and schema.name.startswith("aten::"),
         fake_divergent=fake_layout_divergent(str(op)),
         undeclared=undeclared,
         composite=schema.name.startswith("aten::")
         and torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeImplicitAutograd"),
     )
+    types = tuple(str(r.type) for r in returns)
+    plain, view, view_or_copy, inplace, list_view, mutator = _short_ways(
+        template, types, hidden is not None, view_of is not None
+    )
+    return replace(
+        template, plain=plain, view=view, view_or_copy=view_or_copy, inplace=inplace, list_view=list_view, mutator=mutator
+    )
+
+
+def _short_ways(
+    se: _SchemaEffect, returns: tuple[str, ...], hidden: bool, view_of: bool
+) -> tuple[bool, bool, bool, bool, bool, bool]:
+    """Which short way a template's calls take (plain, view, view-or-copy, in-place, list-view, mutator),
+    from its fields, its return types, whether the hidden-effects table lists the op and whether
+    it names an argument the result is a view of."""
+    out_args, arg_writes, kwarg_only = se.out_args, se.arg_writes, se.kwarg_only
+    odd = se.metadata_only or se.unclassified or se.mutates_metadata
+    one_tensor = len(se.out_sets) == 1 and returns[:1] == ("Tensor",)
+    one_result = not (odd or se.may_write or se.list_return) and one_tensor
+    # The one result may alias the first argument only: by the schema's annotation, or by the
+    # hidden-effects table where the schema declares none (``_unsafe_view``, ``dropout``).
+    aliases_first = one_result and (
+        out_args[0] == (0,) if not view_of else (not out_args[0] and se.hidden_view_of == 0)
+    )
+    inplace = (
+        not (odd or se.list_return)
+        and one_tensor
+        and out_args[0] == (0,)
+        and not hidden
+        and not se.out_params
+        and arg_writes[:1] == (True,)
+        and not any(arg_writes[1:])
+        and not kwarg_only[0]
+        and se.write_only in ((), (0,))
+    )
+    list_view = (
+        se.list_return
+        and se.never_copies
+        and not (odd or se.may_write)
+        and not hidden
+        and len(se.out_sets) == 1
+        and out_args[0] == (0,)
+        and not kwarg_only[0]
+    )
+    mutator = (
+        not (odd or se.list_return) and not returns and any(arg_writes) and not hidden and not se.out_params
+        and not se.write_only
+    )
+    plain = one_result and not view_of and not out_args[0]
+    return plain, aliases_first and se.never_copies, aliases_first and not se.never_copies, inplace, list_view, mutator
 
 
 #: Ops that overwrite their first argument without reading its old value.
@@ -1122,11 +1120,18 @@ def decomposition(node: torch.fx.Node) -> frozenset[str] | None:
     if call is None:
         return None
     args, kwargs, fakes = call
-    if _symbolic(args, kwargs, fakes):  # run at the example sizes only: another size may run other ops
+    memo: tuple[Any, ...] | None = None
+    if isinstance(op, torch._ops.OpOverload):
+        try:
+            memo = _describe_call(op, args, kwargs)
+        except _Symbolic:  # run at the example sizes only: another size may run other ops
+            return None
+        except (_NoKey, RuntimeError, NotImplementedError, TypeError):
+            memo = None
+        if memo is not None and memo in _DECOMPOSITIONS:
+            return _DECOMPOSITIONS[memo]
+    if memo is None and _symbolic(args, kwargs, fakes):
         return None
-    memo = _copy_key(op, args, kwargs, fakes) if isinstance(op, torch._ops.OpOverload) else None
-    if memo is not None and memo in _DECOMPOSITIONS:
-        return _DECOMPOSITIONS[memo]
     recorder = _Recorder()
     if node.op == "call_method":  # a torch-level graph's tensor method
         out = _run_fake(lambda *a, **k: getattr(a[0], str(op))(*a[1:], **k), args, kwargs, fakes[0].fake_mode, recorder)
@@ -1179,27 +1184,46 @@ _RECOMPUTED_MAX = 4096
 def _copy_key(op: torch._ops.OpOverload, args: Any, kwargs: Any, fakes: Sequence[torch.Tensor]) -> tuple[Any, ...] | None:
     """A hashable description of a call's arguments (layouts of the tensors, values of the rest,
     which tensors share a storage); None when some part has no plain value (symbolic sizes...)."""
+    try:
+        return _describe_call(op, args, kwargs)
+    except (_NoKey, _Symbolic, RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
+#: Argument types described by their values in :func:`_describe_call`.
+_PLAIN_TYPES = frozenset({int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout})
+_SYMBOLS = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _describe_call(op: torch._ops.OpOverload, args: Any, kwargs: Any) -> tuple[Any, ...]:
+    """:func:`_copy_key`'s description, in one walk of the arguments (no pytree); raises
+    :class:`_Symbolic` at a symbolic size, stride, offset or value, :class:`_NoKey` at a value
+    without a plain description."""
     storages: dict[int, int] = {}
 
     def describe(a: Any) -> Any:
+        t = type(a)
+        if t in _PLAIN_TYPES:
+            return a
+        if t is list or t is tuple:
+            return (t.__name__, *(describe(x) for x in a))
         if isinstance(a, torch.Tensor):
             sizes, strides, offset = a.size(), a.stride(), a.storage_offset()
             if not plain_ints((*sizes, *strides, offset)):
-                raise _NoKey
+                raise _Symbolic
             shared = storages.setdefault(a.untyped_storage()._cdata, len(storages))
             return ("T", tuple(sizes), tuple(strides), offset, a.dtype, a.device, a.layout, a.is_conj(), a.is_neg(), shared)
-        if isinstance(a, (list, tuple)):
-            return (type(a).__name__, *(describe(x) for x in a))
         if isinstance(a, dict):
             return ("dict", *((k, describe(v)) for k, v in sorted(a.items())))
-        if a is None or type(a) in (int, float, bool, str, torch.dtype, torch.device, torch.memory_format, torch.layout):
-            return a
-        raise _NoKey
+        if isinstance(a, (list, tuple)):
+            return (type(a).__name__, *(describe(x) for x in a))
+        raise _Symbolic if isinstance(a, _SYMBOLS) else _NoKey
 
-    try:
-        return (id(op), op, describe(args), describe(kwargs))
-    except (_NoKey, RuntimeError, NotImplementedError, TypeError):
-        return None
+    return (id(op), op, describe(args), describe(kwargs))
+
+
+class _Symbolic(Exception):
+    """An argument with a symbolic size, stride, offset or value."""
 
 
 class _NoKey(Exception):

@@ -116,11 +116,12 @@ def _bad_input(graph: torch.fx.Graph, node: torch.fx.Node, seen: set[torch.fx.No
         )
 
 
-def resolve_target(target: Any, donated_inputs: Iterable[int] = ()) -> Target:
+def resolve_target(target: Any, donated_inputs: Iterable[int] = (), *, validate: bool = True) -> Target:
     """Return the :class:`Target` for a GraphModule, Graph or ExportedProgram.
 
     ``donated_inputs`` are placeholder positions (0-based, graph order). The
-    graph is validated first (:func:`validate_graph`); every problem raises
+    graph is validated first (:func:`validate_graph`) unless ``validate`` is False
+    (a caller that validates it only where it reads it); every problem raises
     :class:`InvalidTargetError` before anything is analysed or changed.
     """
     roles: dict[str, Role] = {}
@@ -156,7 +157,8 @@ def resolve_target(target: Any, donated_inputs: Iterable[int] = ()) -> Target:
             f"expected a torch.fx.GraphModule, torch.fx.Graph or torch.export.ExportedProgram, "
             f"got {type(target).__name__}"
         )
-    validate_graph(graph)
+    if validate:
+        validate_graph(graph)
     donated: set[str] = set()
     positions = check_donated_inputs(donated_inputs)
     if positions:  # (the placeholders are looked up only for donated positions)

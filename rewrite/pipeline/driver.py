@@ -37,7 +37,7 @@ from aliasing import analyze
 from aliasing.core.analysis import paused_gc
 from aliasing.core.facts import meta_value
 from aliasing.core.fake_values import restore_storage_identity
-from aliasing.core.target import Target, check_donated_inputs, resolve_target
+from aliasing.core.target import Target, check_donated_inputs, resolve_target, validate_graph
 from aliasing.errors import AliasingError
 from rewrite.editing.apply import apply_plan
 from rewrite.editing.recompile import recompile_lazily
@@ -77,6 +77,17 @@ class Round:
     replaced: dict[str, str]
     again: bool  #: a kept copy met the imprecision: analyse again
     analysed: bool = True  #: False when the round had no copy to decide (no analysis built)
+
+
+def resolve_for_pass(target: object, donated_inputs: Iterable[int], *, lower_functional: bool = False) -> Target:
+    """The pass's :class:`Target`, the graph validated (:func:`aliasing.core.target.validate_graph`)
+    only where the pass reads it: a graph without copy candidates, nothing to lower, is left
+    unread (its cost is FX's index lookups, whatever its size). Raises
+    :class:`aliasing.InvalidTargetError` before anything is analysed or changed."""
+    resolved = resolve_target(target, check_donated_inputs(donated_inputs), validate=False)
+    if lower_functional or copy_candidates(resolved.graph):
+        validate_graph(resolved.graph)
+    return resolved
 
 
 def run(target: Target, options: Options) -> tuple[PipelineReport, dict[str, str]]:
@@ -258,7 +269,7 @@ def lower_and_eliminate(
     # caller's young objects would otherwise land in it (Inductor's and vLLM's passes leave many).
     with paused_gc():
         try:
-            target = resolve_target(graph, check_donated_inputs(donated_inputs))
+            target = resolve_for_pass(graph, donated_inputs, lower_functional=lower_functional)
         except AliasingError as e:  # a pass never raises: report it
             log.warning("fx-aliasing pipeline stopped: %s: %s", type(e).__name__, e)
             return PipelineReport(error=f"{type(e).__name__}: {e}")

@@ -10,11 +10,10 @@ import torch.fx
 
 from aliasing.core.analysis import paused_gc
 from aliasing.core.target import Target as ResolvedTarget
-from aliasing.core.target import check_donated_inputs, resolve_target
 from aliasing.errors import AliasingError
 from rewrite.editing.recompile import recompile_lazily
 from rewrite.errors import RewriteError
-from rewrite.pipeline.driver import Options, run
+from rewrite.pipeline.driver import Options, resolve_for_pass, run
 from rewrite.planning.decisions import CloneEliminationReport
 from rewrite.planning.state import check_refinements
 
@@ -78,7 +77,8 @@ def eliminate_clones(
         malformed (a cycle, a use before definition, a node of another graph:
         the message names the node), or ``donated_inputs`` is not a sequence of
         placeholder positions. Caller mistakes are never reported as
-        ``internal-error`` keeps.
+        ``internal-error`` keeps. A graph without copy candidates is not read,
+        so not validated either: nothing is decided or changed there.
 
     The graph is never left half-rewritten: on any failure it is as it was.
 
@@ -104,7 +104,7 @@ def eliminate_clones(
     # of the caller's young objects (a graph copy just made) would otherwise land in it.
     with paused_gc():
         # Caller mistakes raise here, before anything is analysed or changed.
-        resolved = resolve_target(target, check_donated_inputs(donated_inputs))
+        resolved = resolve_for_pass(target, donated_inputs)
         refine = check_refinements(refinements)
         return _eliminate(target, resolved, strict, erase_dead, refine)
 

@@ -647,7 +647,7 @@ def layout_observer(
     stride reads, ``reshape``/``as_strided``, a ``view`` the new layout does
     not allow, reductions whose result is used (their summation order follows
     strides), custom and unknown ops, and every op of an overload packet in
-    :data:`aliasing.core.layout_divergences.LAYOUT_DIVERGENT_PACKETS` (the layout
+    :data:`aliasing.core.layout_divergences.LAYOUT_DIVERGENT_OVERLOADS` (the layout
     audit, ``python -m tools.audit --layouts``, saw its meta or fake kernel
     lay a result out otherwise than its CPU kernel: ``roll`` keeps a
     channels-last input's layout on CPU and returns a contiguous one on meta

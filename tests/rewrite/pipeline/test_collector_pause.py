@@ -20,6 +20,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import aliasing.core.target
 import rewrite.inductor
 import rewrite.lowering.metadata
+import rewrite.pipeline.driver
 from rewrite import eliminate_clones, lower_and_eliminate
 from rewrite.inductor import CloneEliminationPass, JointGraphGuard
 
@@ -48,6 +49,7 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, bool]]]:
         monkeypatch.setattr(module, name, wrapped)
 
     spy(aliasing.core.target, "validate_graph")
+    spy(rewrite.pipeline.driver, "validate_graph")  # (the passes validate where they read: resolve_for_pass)
     spy(rewrite.lowering.metadata, "fake_mode")
     spy(rewrite.inductor, "guard_stale_reads")
     spy(rewrite.inductor, "guard_inductor_hazards")

@@ -185,3 +185,18 @@ def test_report_counts_opaque_nodes() -> None:
     assert report.opaque == (opaque.name,)
     assert f"1 opaque nodes answered conservatively: {opaque.name}" in str(report)
     assert report.kept == ("clone",)
+
+
+def test_a_graph_without_copies_is_not_read() -> None:
+    """The pass validates what it reads: a malformed graph without copy candidates is left as it
+    is, unread (a graph without copies costs the pass FX's index lookups only), while the
+    analysis of the same graph, which reads every node, rejects it naming the node."""
+    gm = make_fx(lambda x: (x * 2) + 1, tracing_mode="fake")(torch.randn(4))
+    mul, add = _node(gm, "mul"), _node(gm, "add")
+    mul.args = (add, 2)
+    before = [(n.name, n.args) for n in gm.graph.nodes]
+    report = eliminate_clones(gm, strict=True)
+    assert report.removed == () and report.kept == ()
+    assert [(n.name, n.args) for n in gm.graph.nodes] == before
+    with pytest.raises(InvalidTargetError, match="node mul uses add"):
+        aliasing.analyze(gm)
