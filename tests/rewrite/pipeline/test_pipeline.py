@@ -204,14 +204,3 @@ def test_protected_copies_alone_build_no_analysis() -> None:
     with counting_analyses() as count:
         report = lower_and_eliminate(gm.graph)
     assert count.count == report.analyses == 1 and report.removed == ("clone",)
-
-
-def test_a_malformed_graph_without_copies_still_raises() -> None:
-    from aliasing.errors import InvalidTargetError
-
-    g = torch.fx.Graph()
-    x = g.placeholder("x")
-    y = g.call_function(torch.ops.aten.relu.default, (x,))
-    y.prepend(x.__class__(g, "early", "call_function", torch.ops.aten.neg.default, (y,), {}))
-    with pytest.raises(InvalidTargetError, match="early"):
-        eliminate_clones(g)
