@@ -595,10 +595,23 @@ def _isnan(t: torch.Tensor) -> torch.Tensor:
 
 
 def _brief(x: Any) -> str:
+    """A value in a mismatch message: a tensor's dtype, shape and first values.
+
+    Examples
+    --------
+    >>> _brief(torch.tensor(1.5)), _brief(torch.arange(8).view(2, 4))
+    ('float32 scalar 1.5', 'int64 tensor of shape (2, 4): [0, 1, 2, 3, 4, 5, ...]')
+    >>> _brief(torch.empty(0, 3)), _brief(3)
+    ('float32 tensor of shape (0, 3): []', '3')
+    """
     if not isinstance(x, torch.Tensor):
         return repr(x)
+    dtype = str(x.dtype).removeprefix("torch.")
+    shape = ", ".join(map(str, x.shape)) + ("," if x.dim() == 1 else "")
     if x.is_meta:
-        return f"tensor{tuple(x.shape)} {x.dtype} on meta"
+        return f"{dtype} tensor of shape ({shape}) on meta"
     values = _flat(x)[:6].tolist()
+    if x.dim() == 0:
+        return f"{dtype} scalar {values[0]}"
     more = ", ..." if x.numel() > 6 else ""
-    return f"tensor{tuple(x.shape)} {x.dtype} {str(values)[:-1]}{more}]"
+    return f"{dtype} tensor of shape ({shape}): {str(values)[:-1]}{more}]"
