@@ -38,7 +38,7 @@ writes ``pool[i]``. ``--pool-slots`` is each half's number of slots: the
 default, 524,288 slots of ``--hidden 1024`` in bfloat16, is 1 GiB per half.
 
 The custom ops are plain torch code, so they run on any device. Each program is
-compiled three ways (backend inductor, Inductor's caches off) under each of
+compiled four ways (backend inductor, Inductor's caches off) under each of
 ``--auto-functionalized v1,v2`` (v1, ``enable_auto_functionalized_v2=False``,
 is how vLLM compiles; v2 is Inductor's default):
 
@@ -49,6 +49,9 @@ is how vLLM compiles; v2 is Inductor's default):
   ``UnsafeCloneEliminationPass`` under vLLM's pass context
   (:func:`benchmarks.vllm_comparison.run_pass`). Only where ``vllm`` is
   importable; otherwise the column is skipped with the reason;
+- **ours-vllm**: the same pipeline with this library's vLLM adapter
+  (``rewrite.vllm.CloneEliminationPass``) in place of vLLM's pass, as the
+  plugin puts it there (only where ``vllm`` is importable);
 - **ours**: ``rewrite.inductor.compile_options()``, the one-line install.
 
 For each: the **bytes copied** in the generated code
@@ -66,6 +69,7 @@ Usage::
     python -m benchmarks.gpu                    # CUDA; without a CUDA device: skipped, JSON says why
     python -m benchmarks.gpu --device cpu --layers 2 --tokens 16 --hidden 64 --pool-slots 64 --runs 20   # on CPU
     python -m benchmarks.gpu --cases kv_pool --pool-layouts per_layer --auto-functionalized v1
+    python -m benchmarks.gpu --cases kv_pool --dynamic   # every size symbolic (torch.compile(dynamic=True))
 
 Prints a table per case, layout and functionalization, and writes ``benchmarks/results/gpu.json``.
 """
@@ -114,7 +118,7 @@ __all__ = [
 ]
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gpu.json"
-CONFIGS: tuple[str, ...] = ("stock", "vllm", "ours")
+CONFIGS: tuple[str, ...] = ("stock", "vllm", "ours-vllm", "ours")
 CASES: tuple[str, ...] = ("decoder", "kv_pool")
 POOL_LAYOUTS: tuple[str, ...] = ("stacked", "interleaved", "per_layer")
 EPS = 1e-6
@@ -337,23 +341,32 @@ class VllmPipelinePass(CustomGraphPass):
     functional graph has ``auto_functionalized``; that is done with
     :func:`rewrite.lowering.lower_functional_ops`, then vLLM's
     ``UnsafeCloneEliminationPass`` runs under vLLM's pass context (no donated
-    inputs). ``ImportError`` at construction when vLLM is not installed.
+    inputs); with ``ours``, this library's vLLM adapter
+    (:class:`rewrite.vllm.CloneEliminationPass`) takes its place, as the plugin
+    puts it there. ``ImportError`` at construction when vLLM is not installed.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, ours: bool = False) -> None:
         from benchmarks.vllm_comparison import _vllm_config, load_vllm_pass
 
-        self.pass_ = load_vllm_pass()(_vllm_config())
+        if ours:
+            from rewrite.vllm import CloneEliminationPass
+
+            self.pass_: Any = CloneEliminationPass(_vllm_config())
+        else:
+            self.pass_ = load_vllm_pass()(_vllm_config())
+        self.ours = ours
         self.seconds = 0.0
 
     def uuid(self) -> str:
         """Changes with the library's source (the lowering) and vLLM's version."""
         import vllm
 
-        return f"vllm-unsafe-{getattr(vllm, '__version__', '?')}-{library_source_hash()}"
+        which = "ours" if self.ours else "unsafe"
+        return f"vllm-{which}-{getattr(vllm, '__version__', '?')}-{library_source_hash()}"
 
     def __call__(self, graph: torch.fx.Graph) -> None:
-        """Lower the functional wrappers, then run vLLM's pass on ``graph``."""
+        """Lower the functional wrappers, then run the vLLM pass on ``graph``."""
         from benchmarks.vllm_comparison import run_pass
         from rewrite.lowering import lower_functional_ops
 
@@ -370,6 +383,8 @@ def config_options(config: str) -> dict[str, Any]:
         return {}
     if config == "vllm":
         return {"post_grad_custom_post_pass": VllmPipelinePass()}
+    if config == "ours-vllm":
+        return {"post_grad_custom_post_pass": VllmPipelinePass(ours=True)}
     if config == "ours":
         return compile_options()
     raise ValueError(f"unknown configuration {config!r}")
@@ -595,12 +610,15 @@ class Result:
     compile_s: float | None = None
 
 
-def measure(model: Decoder | KVPool, config: str, *, warmup: int, runs: int, v2: bool = False) -> Result:
+def measure(
+    model: Decoder | KVPool, config: str, *, warmup: int, runs: int, v2: bool = False, dynamic: bool = False
+) -> Result:
     """Compile ``model`` in ``config``, read its generated code, time it, and compare with eager.
 
     The outputs and the mutated input (the last one: the KV cache, the pool)
     are compared. ``v2`` is Inductor's ``enable_auto_functionalized_v2``; vLLM
-    compiles with it off (the default here). An exception while compiling or
+    compiles with it off (the default here); ``dynamic`` compiles with every size symbolic
+    (``torch.compile(dynamic=True)``). An exception while compiling or
     running is recorded in ``error`` (a CUDA fault can leave the device
     unusable for the rows after it).
     """
@@ -610,14 +628,14 @@ def measure(model: Decoder | KVPool, config: str, *, warmup: int, runs: int, v2:
     except ImportError as e:
         return replace(row, skipped=f"vllm is not importable: {e}")
     try:
-        return _measure(model, row, options, warmup=warmup, runs=runs, v2=v2)
+        return _measure(model, row, options, warmup=warmup, runs=runs, v2=v2, dynamic=dynamic)
     except Exception as e:  # a compile or a run that fails is a result (the other rows still run)
         torch._dynamo.reset()
         return replace(row, error=f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
 
 
 def _measure(
-    model: Decoder | KVPool, row: Result, options: dict[str, Any], *, warmup: int, runs: int, v2: bool
+    model: Decoder | KVPool, row: Result, options: dict[str, Any], *, warmup: int, runs: int, v2: bool, dynamic: bool
 ) -> Result:
     from torch._inductor.utils import run_and_get_code
 
@@ -627,7 +645,7 @@ def _measure(
         want = [*model(*want_inputs), want_inputs[-1]]
         torch._dynamo.reset()
         with torch._inductor.config.patch(fx_graph_cache=False, enable_auto_functionalized_v2=v2):
-            compiled = torch.compile(model, backend="inductor", options=options)
+            compiled = torch.compile(model, backend="inductor", options=options, dynamic=dynamic or None)
             got_inputs = model.inputs(seed=0)
             t0 = time.perf_counter()
             out, codes = run_and_get_code(compiled, *got_inputs)
@@ -732,6 +750,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="v1,v2",
         help="Inductor's functionalization of mutable custom ops, comma-separated: v1 (as vLLM compiles), v2 (default: both)",
     )
+    p.add_argument("--dynamic", action="store_true", help="compile with every size symbolic (torch.compile(dynamic=True))")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--runs", type=int, default=200)
     p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS)}")
@@ -767,7 +786,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             group = []
             for config in configs:
                 print(f"{model.case} {model.variant or ''} {version} {config} ...", file=sys.stderr, flush=True)
-                group.append(measure(model, config, warmup=args.warmup, runs=args.runs, v2=version == "v2"))
+                row = measure(model, config, warmup=args.warmup, runs=args.runs, v2=version == "v2", dynamic=args.dynamic)
+                group.append(row)
             print(f"\n{_title(model, version)}\n\n{format_table(group, device=device)}")
             results += group
     try:
@@ -787,7 +807,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "decoder": {
             "layers": args.layers, "hidden": args.hidden, "heads": args.heads, "tokens": args.tokens, "dtype": str(dtype),
-            "auto_functionalized": ",".join(versions),
+            "auto_functionalized": ",".join(versions), "dynamic": args.dynamic,
         },
         "cases": cases,
         "kv_pool": {"slots": args.pool_slots, "layouts": layouts} if "kv_pool" in cases else None,
