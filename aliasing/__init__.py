@@ -26,8 +26,8 @@ docs/DESIGN.md refers to it); nothing here imports :mod:`rewrite`, and nothing i
 package imports the maintainer tools (``tools``, outside the wheel).
 
 1. errors, core, pictures, verification: the exception classes of the package; the three subpackages (docstrings only)
-2. core.roles, core.regions, core.hidden_effects, core.resolve, core.layout_divergences: boundary roles, byte regions, tables
-3. core.facts, core.target, core.registry: what node metadata says; what the caller passed, validated; how each ATen overload's effects are known
+2. core.roles, core.regions, core.ops: boundary roles, byte regions, every fact about operators (one table per fact, the per-release data)
+3. core.resolve, core.layout_divergences, core.facts, core.target, core.registry: torch-level calls resolved to ATen overloads; the layout audit's answers; what node metadata says; what the caller passed, validated; how each ATen overload's effects are known
 4. core.effects: the rule table, one effect per op, with a conservative default
 5. core.subgraphs, core.fake_values: control-flow rules, given the analysis entry point (they do not import it); fake values computed as torch does, re-propagated where a loaded program lost storage identity
 6. core.analysis: ``analyze`` and the immutable ``AliasAnalysis``; ``DEFAULT_EFFECTS``

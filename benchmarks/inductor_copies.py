@@ -13,7 +13,7 @@ configurations:
 The programs: every custom-op program of ``tests/rewrite/adapters/test_inductor.py``, under both
 functionalization versions (``torch._inductor.config.enable_auto_functionalized_v2``
 True = ``v2``, False = ``v1``); and every program of
-``tests/rewrite/guard/test_inductor_guard.py`` (faithful repros of public Inductor bug
+``tests/rewrite/inductor/test_inductor_guard.py`` (faithful repros of public Inductor bug
 reports, variants of each bug class H1-H9, controls with none of the hazards;
 a program that breaks the graph counts the copies of every graph it compiles).
 Each compile is compared with eager (outputs, inputs and module buffers
@@ -133,8 +133,8 @@ def load_test_programs() -> ModuleType:
 
 
 def load_guard_programs() -> ModuleType:
-    """Import ``tests/rewrite/guard/test_inductor_guard.py`` (``PROGRAMS``, the harness) by path."""
-    return _load("fx_aliasing_test_inductor_guard_programs", "rewrite/guard/test_inductor_guard.py")
+    """Import ``tests/rewrite/inductor/test_inductor_guard.py`` (``PROGRAMS``, the harness) by path."""
+    return _load("fx_aliasing_test_inductor_guard_programs", "rewrite/inductor/test_inductor_guard.py")
 
 
 def program_inputs(module: ModuleType, name: str) -> Callable[[], list[torch.Tensor]]:
@@ -536,7 +536,7 @@ class Run:
 
 
 def compile_once(guard_module: ModuleType, program: Any, *, v2: bool, config: str) -> Run:
-    """Compile ``program`` (a ``tests/rewrite/guard/test_inductor_guard.py`` Program) in ``config`` and compare with eager."""
+    """Compile ``program`` (a ``tests/rewrite/inductor/test_inductor_guard.py`` Program) in ``config`` and compare with eager."""
     from rewrite.inductor import CloneEliminationPass, compile_options
 
     options: dict[str, Any] = {}

@@ -1318,6 +1318,85 @@ class AliasAnalysis:
             f"{len(self._b.points_to)} tensor values)"
         )
 
+    # -- views ------------------------------------------------------------------
+    def view_source(self, n: NodeRef) -> torch.fx.Node | None:
+        """The one value ``n`` is a pure view of, or None.
+
+        A pure view is a call that reads and writes nothing and whose effect
+        makes its value an alias of exactly one value (for ``getitem``, of what
+        that output of its producer aliases). None for anything else: a fresh
+        value, an in-place result, an unknown op, an alias of several values.
+
+        Example
+        -------
+        >>> import torch
+        >>> from torch.fx.experimental.proxy_tensor import make_fx
+        >>> from aliasing import analyze
+        >>> def f(x):
+        ...     v = x.view(2, 4)[1]
+        ...     return v.add_(1).t(), x * 2
+        >>> a = analyze(make_fx(f, tracing_mode="fake")(torch.randn(8)))
+        >>> [getattr(a.view_source(n), "name", None) for n in ("view", "select", "add_", "t", "mul")]
+        ['x_1', 'view', None, 'add_', None]
+        """
+        node = self._node(n)
+        b = self._b
+        e = b.effect_of.get(node)
+        if node.op != "call_function" or e is None or e.unknown or e.reads or e.writes:
+            return None
+        if node.target is operator.getitem:
+            src = node.args[0]
+            se = b.effect_of.get(src) if isinstance(src, torch.fx.Node) else None
+            srcs = () if se is None or se.unknown else se.outputs.get(node.args[1], ())
+        else:
+            srcs = e.outputs.get(SINGLE, ())
+        return srcs[0] if len(srcs) == 1 else None
+
+    def view_root(self, n: NodeRef) -> torch.fx.Node:
+        """The top of ``n``'s chain of pure views (:meth:`view_source`); ``n`` itself when it is no view.
+
+        Example
+        -------
+        >>> import torch
+        >>> from torch.fx.experimental.proxy_tensor import make_fx
+        >>> from aliasing import analyze
+        >>> def f(x):
+        ...     v = x.view(2, 4)[1]
+        ...     return v.add_(1).t()
+        >>> a = analyze(make_fx(f, tracing_mode="fake")(torch.randn(8)))
+        >>> a.view_root("select").name, a.view_root("t").name
+        ('x_1', 'add_')
+        """
+        node = self._node(n)
+        src = self.view_source(node)
+        while src is not None:
+            node, src = src, self.view_source(src)
+        return node
+
+    def views_of(self, n: NodeRef) -> tuple[torch.fx.Node, ...]:
+        """``n`` and every pure view made from it, transitively (:meth:`view_source`), in graph order.
+
+        Example
+        -------
+        >>> import torch
+        >>> from torch.fx.experimental.proxy_tensor import make_fx
+        >>> from aliasing import analyze
+        >>> def f(x):
+        ...     v = x.view(2, 4)[1]
+        ...     return v.add_(1).t(), x * 2
+        >>> a = analyze(make_fx(f, tracing_mode="fake")(torch.randn(8)))
+        >>> [v.name for v in a.views_of("x_1")]
+        ['x_1', 'view', 'select']
+        """
+        node = self._node(n)
+        out, seen = [node], {node}
+        for v in out:  # grows while it is walked: each view's own views follow it
+            for u in v.users:
+                if u not in seen and self.view_source(u) is v:
+                    seen.add(u)
+                    out.append(u)
+        return tuple(sorted(out, key=self._b.position.__getitem__))
+
 
 def _why_order(pts: Iterable[int]) -> list[int]:
     """Storage indexes in creation order, :data:`UNKNOWN_STORAGE` last."""

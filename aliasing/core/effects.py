@@ -27,7 +27,7 @@ means a fresh allocation). The rules:
   that analysis is not available), ``with_effects`` (the wrapped op's effect;
   output 0 is the effect token).
 - Hidden effects: ops whose schema does not declare a write or a view
-  (:mod:`aliasing.core.hidden_effects`, each entry backed by the audit) get it added.
+  (:data:`aliasing.core.ops.HIDDEN_EFFECTS`, each entry backed by the audit) get it added.
 - Torch-level calls (``torch.fx.symbolic_trace`` graphs: tensor methods, torch
   builtins, Python operators, ``operator.setitem``, indexing) through the ATen
   schema of the same name where that is unambiguous (:mod:`aliasing.core.resolve`).
@@ -35,7 +35,9 @@ means a fresh allocation). The rules:
   higher-order ops) is unknown (:func:`unknown_effect`): it may read and write
   every tensor it can reach and may return an alias of any of them.
 
-This module holds :data:`SCHEMA_EFFECTS`, the table of those rules. The
+This module holds :data:`SCHEMA_EFFECTS`, the table of those rules; the facts
+about operators that the rules read (views, metadata-only ops, hidden effects,
+Python operators) are tables of :mod:`aliasing.core.ops`. The
 control-flow higher-order ops (``cond``, ``while_loop``, ``invoke_subgraph``,
 ``wrap`` and its variants) need the analysis itself for their subgraphs: their
 rules (:mod:`aliasing.core.subgraphs`) receive the analysis entry point, and
@@ -59,10 +61,19 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from aliasing.core.facts import FactsCache, TensorFacts, is_tensor_meta, known_equal, meta_value, plain_ints
-from aliasing.core.hidden_effects import HIDDEN_EFFECTS
 from aliasing.core.layout_divergences import fake_layout_divergent, layout_divergent
+from aliasing.core.ops import (
+    HIDDEN_EFFECTS,
+    INPLACE_OPERATORS,
+    METADATA_ONLY,
+    NOT_KERNELS,
+    OVERWRITE_SELF,
+    PURE_OPERATORS,
+    SCALAR_FUNCTIONS,
+    VIEWS,
+)
 from aliasing.core.registry import classify, fresh_confirmed
-from aliasing.core.resolve import INPLACE_OPERATORS, PURE_OPERATORS, SCALAR_FUNCTIONS, resolve_overload
+from aliasing.core.resolve import resolve_overload
 
 __all__ = [
     "EACH",
@@ -200,45 +211,6 @@ def unknown_effect(node: torch.fx.Node, note: str = "unknown op") -> Effect:
 # schema-based rule for OpOverload
 
 
-METADATA_ONLY = frozenset(
-    {
-        "aten::sym_size.int",
-        "aten::sym_size",
-        "aten::sym_stride.int",
-        "aten::sym_stride",
-        "aten::sym_numel",
-        "aten::sym_storage_offset",
-        "aten::size.int",
-        "aten::size",
-        "aten::stride.int",
-        "aten::stride",
-        "aten::numel",
-        "aten::dim",
-        "aten::is_contiguous",
-        "aten::is_contiguous.memory_format",
-        # fresh tensors shaped like their argument: they read its metadata, not its data
-        "aten::empty_like",
-        "aten::zeros_like",
-        "aten::ones_like",
-        "aten::full_like",
-        "aten::rand_like",
-        "aten::randn_like",
-        "aten::randint_like",
-        "aten::new_empty",
-        "aten::new_empty_strided",
-        "aten::new_zeros",
-        "aten::new_ones",
-        "aten::new_full",
-    }
-)
-
-
-#: View ops that always return a view of their input (never a copy): they read no data.
-VIEWS = frozenset(
-    "aten::" + name
-    for name in ["view", "_unsafe_view", "slice", "select", "narrow", "split", "split_with_sizes", "unsafe_split", "unsafe_split_with_sizes", "unbind", "chunk", "tensor_split", "transpose", "permute", "t", "expand", "expand_as", "unsqueeze", "squeeze", "diagonal", "as_strided", "alias", "detach", "_reshape_alias", "view_as", "unflatten", "movedim", "moveaxis", "unfold", "real", "imag", "view_as_real", "view_as_complex", "swapaxes", "swapdims", "numpy_T", "matrix_H", "mT", "mH", "adjoint", "_conj", "_neg_view", "lift_fresh", "indices", "values", "crow_indices", "col_indices", "ccol_indices", "row_indices"]
-)
-
 @dataclass(frozen=True)
 class _SchemaEffect:
     """An op overload's effect template, computed once per overload and reused for every call."""
@@ -254,7 +226,7 @@ class _SchemaEffect:
     list_return: bool  # a single Tensor[] return
     metadata_only: bool
     never_copies: bool  # a view op that always returns a view (reads no data)
-    hidden_writes: tuple[bool, ...]  # written although the schema has no `!` (aliasing.core.hidden_effects)
+    hidden_writes: tuple[bool, ...]  # written although the schema has no `!` (aliasing.core.ops.HIDDEN_EFFECTS)
     hidden_condition: int | None  # index of the bool argument that must not be False for them
     hidden_view_of: int | None  # index of the argument the result is a view of, undeclared
     may_write: bool  # some argument may be written (declared or hidden)
@@ -265,7 +237,7 @@ class _SchemaEffect:
     #: one fresh tensor result, nothing written, no alias annotation, nothing hidden (``mm``,
     #: ``softmax``, ``clone``): the common case, which :func:`schema_effect` takes a short way
     plain: bool = False
-    #: a view op (:data:`VIEWS`) whose one tensor result aliases its first argument only (by its
+    #: a view op (:data:`~aliasing.core.ops.VIEWS`) whose one tensor result aliases its first argument only (by its
     #: schema, or by the hidden-effects table: ``_unsafe_view``), nothing written (``view``, ``t``,
     #: ``slice``, ``expand``): the other short way
     view: bool = False
@@ -282,7 +254,7 @@ class _SchemaEffect:
     #: an in-place op that writes its first argument only and returns it (``add_``, ``mul_``,
     #: ``copy_``, whose old value it does not read), nothing hidden, no ``out=``: the fifth short way
     inplace: bool = False
-    #: a view op (:data:`VIEWS`) whose one ``Tensor[]`` result aliases its first argument only, by
+    #: a view op (:data:`~aliasing.core.ops.VIEWS`) whose one ``Tensor[]`` result aliases its first argument only, by
     #: its schema, nothing written or hidden (``split``, ``split_with_sizes``, ``unbind``,
     #: ``chunk``): every element a view of the first argument, nothing read (the sixth short way)
     list_view: bool = False
@@ -418,16 +390,12 @@ def _short_ways(
     return plain, aliases_first and se.never_copies, aliases_first and not se.never_copies, inplace, list_view, mutator
 
 
-#: Ops that overwrite their first argument without reading its old value.
-_OVERWRITE_SELF = frozenset({"aten::copy_"})
-
-
 def _write_only(
     name: str, names: Sequence[str], arg_writes: Sequence[bool], kwarg_only: Sequence[bool], kind: str
 ) -> tuple[int, ...]:
     """Arguments whose old value the op never reads (it only writes them): ``copy_``'s ``self``,
     and the ``out=`` arguments of out variants (every written argument keyword-only)."""
-    if name in _OVERWRITE_SELF and names and arg_writes[0]:
+    if name in OVERWRITE_SELF and names and arg_writes[0]:
         return (0,)
     if kind == "schema-out":
         return tuple(i for i in range(len(names)) if arg_writes[i] and kwarg_only[i])
@@ -809,7 +777,7 @@ def _collect_writes(
     writes: list[torch.fx.Node],
 ) -> None:
     """Append to ``writes`` the nodes passed for written arguments: declared (``!``) or hidden
-    (:mod:`aliasing.core.hidden_effects`, counted unless their condition is literally False)."""
+    (:data:`aliasing.core.ops.HIDDEN_EFFECTS`, counted unless their condition is literally False)."""
     cond = se.hidden_condition
     hidden_on = cond is None or _bound(se, cond, args, kwargs) is not False
     for i, nodes in passed.items():
@@ -1075,10 +1043,6 @@ def _fresh_outputs(out: Any, fakes: Sequence[torch.Tensor]) -> tuple[bool, ...]:
 # where one of them does, and its meta layout proves nothing where one of them diverges; a call
 # that cannot be run on fake values is taken to lie and diverge.
 
-#: Ops a recording of a decomposition leaves out: they read metadata and compute nothing.
-_NOT_KERNELS = frozenset({"prim.device.default", "aten.sym_size.int", "aten.sym_stride.int", "aten.sym_numel.default"})
-
-
 class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Records the overloads that reach the Python dispatcher (below every composite kernel)."""
 
@@ -1088,7 +1052,7 @@ class _Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         name = str(func)
-        if name not in _NOT_KERNELS:
+        if name not in NOT_KERNELS:
             self.ops.add(name)
         return func(*args, **(kwargs or {}))
 

@@ -44,6 +44,7 @@ from torch._dispatch.python import enable_python_dispatcher
 
 from aliasing.core.effects import always_aliases_first, rests_on_identity
 from aliasing.core.facts import meta_value
+from aliasing.core.ops import COMMON_VIEWS
 from aliasing.core.target import OFFSET_UNKNOWN
 from aliasing.errors import AliasingError
 
@@ -86,24 +87,10 @@ def computing(mode: Any) -> Iterator[None]:
             yield
 
 
-#: View ops most graphs call, looked up first through FX's index of nodes by target (no pass over
-#: the graph): one of them answers :func:`_view_evidence` in most graphs.
-_COMMON_VIEWS = tuple(
-    getattr(torch.ops.aten, name).default
-    for name in ("view", "t", "permute", "expand", "unsqueeze", "_unsafe_view", "alias", "detach")
-) + (
-    torch.ops.aten.slice.Tensor,
-    torch.ops.aten.select.int,
-    torch.ops.aten.transpose.int,
-    torch.ops.aten.squeeze.dim,
-    torch.ops.aten.as_strided.default,
-)
-
-
 def _view_evidence(graph: torch.fx.Graph) -> bool | None:
     """Whether the first call of an always-aliasing op (a view, an in-place op) whose result and
     first argument both have fake tensors shares its argument's fake storage; None without one."""
-    for op in _COMMON_VIEWS:
+    for op in COMMON_VIEWS:
         for node in graph.find_nodes(op="call_function", target=op, sort=False):
             answer = _shares_with_first(node)
             if answer is not None:

@@ -3,8 +3,10 @@
 The table is data: ``aliasing/core/registry_data/layout-divergences.json``,
 written by the layout audit (:mod:`tools.layout_audit`, outside the wheel) from
 the results committed for every supported torch release
-(``benchmarks/results/layout_audit-<release>.json``) and read here once, at
-import. Do not edit it by hand; on each supported release run
+(``benchmarks/results/layout_audit-<release>.json``) and read once, at import,
+by :mod:`aliasing.core.ops` (:data:`aliasing.core.ops.LAYOUT_DIVERGENCES`, with
+the operator library's other tables); this module describes the file and
+answers the queries. Do not edit it by hand; on each supported release run
 
     python -m tools.audit --layouts --results benchmarks/results \\
         --write-table aliasing/core/registry_data/layout-divergences.json
@@ -50,10 +52,13 @@ ran only on layouts where its kernels agree, is not listed.
 
 from __future__ import annotations
 
-import dataclasses
-import json
-from importlib import resources
-from typing import Any
+from aliasing.core.ops import (
+    AGREEING_SIBLINGS,
+    FAKE_DIVERGENT_OVERLOADS,
+    LAYOUT_DIVERGENCES,
+    LAYOUT_DIVERGENT_OVERLOADS,
+    TORCH_VERSIONS,
+)
 
 __all__ = [
     "AGREEING_SIBLINGS",
@@ -63,66 +68,6 @@ __all__ = [
     "fake_layout_divergent",
     "layout_divergent",
 ]
-
-#: The data file, in this package's ``registry_data`` (``python -m tools.audit --layouts --write-table`` writes it).
-_DATA_FILE = "layout-divergences.json"
-
-
-def _op(overload: str) -> str:
-    """``aten.roll`` of ``aten.roll.default`` (and of ``aten.roll``)."""
-    return ".".join(overload.split(".")[:2])
-
-
-@dataclasses.dataclass(frozen=True)
-class _Table:
-    """The data file's table: what the audit saw diverge on some release, and saw agree on every one."""
-
-    versions: dict[str, str]
-    divergent: frozenset[str]
-    fake: frozenset[str]
-    siblings: frozenset[str]
-    divergent_ops: frozenset[str] = dataclasses.field(init=False)
-    fake_ops: frozenset[str] = dataclasses.field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "divergent_ops", frozenset(map(_op, self.divergent)))
-        object.__setattr__(self, "fake_ops", frozenset(map(_op, self.fake)))
-
-    @staticmethod
-    def of(data: dict[str, Any]) -> _Table:
-        """The table of the data file's JSON object (the module docstring describes its fields)."""
-        return _Table(
-            {str(r): str(d["torch_version"]) for r, d in data["releases"].items()},
-            frozenset(data["layout_divergent"]),
-            frozenset(data["fake_divergent"]),
-            frozenset(data["agreeing_siblings"]),
-        )
-
-    @staticmethod
-    def load() -> _Table:
-        """The table of the data file installed beside this module."""
-        text = (resources.files(__package__ or "aliasing.core") / "registry_data" / _DATA_FILE).read_text(encoding="utf-8")
-        return _Table.of(json.loads(text))
-
-    def listed(self, overload: str, *, fake: bool = False) -> bool:
-        """Whether ``overload`` diverged (its fake kernel, with ``fake``), or is an overload of such an op not seen agree."""
-        overloads, ops = (self.fake, self.fake_ops) if fake else (self.divergent, self.divergent_ops)
-        op = _op(overload)
-        if overload in overloads or op in overloads:  # ``aten.one_hot``: the op's function as a whole
-            return True
-        return op in ops and overload not in self.siblings
-
-
-_TABLE = _Table.load()
-
-#: The torch releases the table was measured on, and the version of each.
-TORCH_VERSIONS: dict[str, str] = dict(_TABLE.versions)
-#: Overloads seen diverging, on meta or fake tensors (``aten.<op>`` alone: the op's function as a whole).
-LAYOUT_DIVERGENT_OVERLOADS: frozenset[str] = _TABLE.divergent
-#: Those whose fake kernel diverged (the recorded ``meta['val']`` of ``make_fx`` and ``torch.export``).
-FAKE_DIVERGENT_OVERLOADS: frozenset[str] = _TABLE.fake
-#: Overloads of those ops that the audit ran and never saw diverge (trusted; others of the ops are not).
-AGREEING_SIBLINGS: frozenset[str] = _TABLE.siblings
 
 
 def layout_divergent(overload: str) -> bool:
@@ -136,7 +81,7 @@ def layout_divergent(overload: str) -> bool:
     >>> layout_divergent("aten.roll.default"), layout_divergent("aten.add.Tensor")
     (True, False)
     """
-    return _TABLE.listed(overload)
+    return LAYOUT_DIVERGENCES.listed(overload)
 
 
 def fake_layout_divergent(overload: str) -> bool:
@@ -147,4 +92,4 @@ def fake_layout_divergent(overload: str) -> bool:
     >>> fake_layout_divergent("aten.roll.default"), fake_layout_divergent("aten.convolution.default")
     (True, False)
     """
-    return _TABLE.listed(overload, fake=True)
+    return LAYOUT_DIVERGENCES.listed(overload, fake=True)

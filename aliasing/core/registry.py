@@ -20,13 +20,13 @@ in the ``aten`` namespace into one :data:`KINDS` entry:
     analysis takes the alias as declared.
 ``metadata-mutating``
     changes an argument's storage, sizes or strides in place
-    (:data:`METADATA_MUTATING`, or tagged ``inplace_view``): the analysis makes
-    the value unknown.
+    (:data:`aliasing.core.ops.METADATA_MUTATING`, or tagged ``inplace_view``):
+    the analysis makes the value unknown.
 ``hidden-effects``
-    has an entry in :data:`aliasing.core.hidden_effects.HIDDEN_EFFECTS`.
+    has an entry in :data:`aliasing.core.ops.HIDDEN_EFFECTS`.
 ``reviewed``
     none of the rules above fit, and a person read the op and recorded why its
-    schema is complete (:data:`REVIEWED`).
+    schema is complete (:data:`aliasing.core.ops.REVIEWED`, ``PREFIX_REVIEWED``).
 ``unclassified``
     none of the above: the effects table treats every call as an unknown op
     (it may read, write and alias everything it reaches), and the registry
@@ -34,8 +34,10 @@ in the ``aten`` namespace into one :data:`KINDS` entry:
     fails until the op is reviewed.
 
 The classification of each supported torch release is committed in
-``aliasing/core/registry_data/torch-<major>.<minor>.tsv``, so what a release
-changed is a readable diff, and the check compares the installed torch with it.
+``aliasing/core/registry_data/torch-<major>.<minor>.tsv``
+(:func:`aliasing.core.ops.committed_path`), so what a release changed is a
+readable diff, and the check compares the installed torch with it. The tables
+the rules read, and the per-release data, are those of :mod:`aliasing.core.ops`.
 
 Example
 -------
@@ -49,19 +51,25 @@ Example
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from types import MappingProxyType
 from typing import NamedTuple
 
 import torch
 
-from .hidden_effects import HIDDEN_EFFECTS
+from aliasing.core.ops import (
+    HIDDEN_EFFECTS,
+    METADATA_MUTATING,
+    PREFIX_REVIEWED,
+    REVIEWED,
+    committed_path,
+    storage_audit_path,
+    storage_verdicts,
+    torch_release,
+)
 
 __all__ = [
     "KINDS",
-    "METADATA_MUTATING",
-    "REVIEWED",
     "Classification",
     "RegistryDiff",
     "classify",
@@ -85,85 +93,6 @@ KINDS = (
     "hidden-effects",
     "reviewed",
     "unclassified",
-)
-
-#: Ops (schema names, every overload) that change an argument's storage, sizes or strides in place.
-#: Ops tagged ``inplace_view`` (``t_``, ``as_strided_``, ...) are metadata-mutating as well.
-METADATA_MUTATING = frozenset(
-    {
-        "aten::set_",  # takes another storage (or an empty one)
-        "aten::_unsafe_set",
-        "aten::set_data",  # ``x.data = y``: x takes y's storage and metadata
-        "aten::shallow_copy_data_",  # torch 2.14: x takes source's storage, as set_ (AOTAutograd's ``x.data = ...``)
-        "aten::swap_",
-        "aten::resize_",
-        "aten::resize_as_",
-        "aten::_resize_output_",
-        "aten::resize_as_sparse_",
-        "aten::sparse_resize_",
-        "aten::sparse_resize_and_clear_",
-        "aten::_coalesced_",  # changes a sparse tensor's flags
-    }
-)
-
-_FOREACH = "foreach in-place op: writes the tensors of its first (list) argument, values only"
-_OPTIMIZER = "fused optimizer step: writes the declared tensor lists' values in place; no metadata change"
-_OUT_POSITIONAL = "out-style op whose output tensor is positional: writes only the declared argument's values"
-_AMP = "AMP scaler op: writes the declared found_inf / growth_tracker / scale values in place"
-_RANDOM_INIT = "initialiser: fills the declared tensor's values (random or constant), metadata unchanged"
-_INPLACE_NO_FUNCTIONAL = "in-place op over its first argument's values; no functional variant of the same name"
-_NOISE = "writes the declared noise tensor's values (training mode); the result is fresh"
-_QUANT = "fake-quantisation observer: writes the declared running min/max, scale and zero_point values"
-_MAYBE_ALIAS = "may return its argument itself (declared Tensor(a) / Tensor(b|a)): the analysis takes the alias"
-_BATCH_NORM = "batch norm that declares its running-statistics writes (running_mean!, running_var!)"
-_NO_DATA = "touches no tensor data or metadata (autograd or stream bookkeeping)"
-
-#: Overloads (schema names: every overload) whose schema was read and found complete although no rule fits.
-REVIEWED: Mapping[str, str] = MappingProxyType(
-    {
-        # writes declared, no functional twin by name
-        "aten::fill_diagonal_": _INPLACE_NO_FUNCTIONAL,
-        "aten::_no_grad_fill_": _RANDOM_INIT,
-        "aten::_no_grad_zero_": _RANDOM_INIT,
-        "aten::_no_grad_normal_": _RANDOM_INIT,
-        "aten::_no_grad_uniform_": _RANDOM_INIT,
-        "aten::_philox_uniform_": _RANDOM_INIT,
-        "aten::_philox_normal_": _RANDOM_INIT,
-        "aten::_fill_mem_eff_dropout_mask_": _RANDOM_INIT,
-        "aten::_sobol_engine_initialize_state_": _INPLACE_NO_FUNCTIONAL,
-        "aten::_sobol_engine_scramble_": _INPLACE_NO_FUNCTIONAL,
-        "aten::_sobol_engine_ff_": _INPLACE_NO_FUNCTIONAL,
-        "aten::copy_sparse_to_sparse_": _INPLACE_NO_FUNCTIONAL,
-        "aten::embedding_renorm_": _INPLACE_NO_FUNCTIONAL,
-        "aten::requires_grad_": _NO_DATA,
-        "aten::retain_grad": _NO_DATA,
-        "aten::record_stream": _NO_DATA,
-        "aten::_cummax_helper": _OUT_POSITIONAL,
-        "aten::_cummin_helper": _OUT_POSITIONAL,
-        "aten::fbgemm_linear_fp16_weight": _OUT_POSITIONAL,
-        "aten::fbgemm_linear_fp16_weight_fp32_activation": _OUT_POSITIONAL,
-        "aten::_flash_attention_forward_no_dropout_inplace": _OUT_POSITIONAL,
-        "aten::_cudnn_attention_forward_no_dropout_inplace": _OUT_POSITIONAL,  # torch 2.15
-        "aten::rrelu_with_noise": _NOISE,
-        "aten::rrelu_with_noise_": _NOISE,
-        "aten::fused_moving_avg_obs_fake_quant": _QUANT,
-        "aten::_fused_moving_avg_obs_fq_helper": _QUANT,
-        "aten::_amp_foreach_non_finite_check_and_unscale_": _AMP,
-        "aten::_amp_foreach_non_finite_check_and_unscale": _AMP,
-        "aten::_amp_update_scale_": _AMP,
-        "aten::_amp_update_scale": _AMP,
-        "aten::_batch_norm_with_update": _BATCH_NORM,
-        "aten::_native_batch_norm_legit": _BATCH_NORM,
-        # aliases declared by the schema but not a plain view
-        "aten::as_tensor": _MAYBE_ALIAS,
-        "aten::cpu": _MAYBE_ALIAS,
-        "aten::cuda": _MAYBE_ALIAS,
-    }
-)
-
-_PREFIX_REVIEWED: tuple[tuple[str, str], ...] = (
-    ("aten::_foreach_", _FOREACH),
-    ("aten::_fused_", _OPTIMIZER),
 )
 
 
@@ -214,7 +143,7 @@ def classify(op: torch._ops.OpOverload) -> Classification:
     if name in METADATA_MUTATING or torch.Tag.inplace_view in tags:
         return Classification(full, "metadata-mutating", "changes an argument's storage, sizes or strides in place")
     if name in HIDDEN_EFFECTS:
-        return Classification(full, "hidden-effects", HIDDEN_EFFECTS[name].evidence[:80] or "aliasing.core.hidden_effects")
+        return Classification(full, "hidden-effects", HIDDEN_EFFECTS[name].evidence[:80] or "aliasing.core.ops.HIDDEN_EFFECTS")
     if not annotated:
         return Classification(full, "pure", "no alias or mutation annotation")
     if written and all(a.kwarg_only for a in written):
@@ -229,7 +158,7 @@ def classify(op: torch._ops.OpOverload) -> Classification:
             return Classification(full, "schema-inplace", f"in-place variant of {twin}")
     reason = REVIEWED.get(name)
     if reason is None:
-        reason = next((r for prefix, r in _PREFIX_REVIEWED if name.startswith(prefix)), None)
+        reason = next((r for prefix, r in PREFIX_REVIEWED if name.startswith(prefix)), None)
     if reason is not None:
         return Classification(full, "reviewed", reason)
     return Classification(full, "unclassified", "writes " + ", ".join(a.name for a in written) + "; not reviewed")
@@ -250,43 +179,6 @@ def _aten_overloads() -> Iterator[torch._ops.OpOverload]:
 def classify_installed() -> list[Classification]:
     """Every ATen overload registered in the installed torch, classified, sorted by name."""
     return sorted((classify(op) for op in _aten_overloads()), key=lambda c: c.overload)
-
-
-def torch_release(version: str | None = None) -> str:
-    """``"2.14"`` for torch ``2.14.0+cu130`` (the installed one by default)."""
-    parts = (version or torch.__version__).split("+")[0].split(".")
-    return ".".join(parts[:2])
-
-
-def committed_path(release: str | None = None) -> Path:
-    """Where the classification of a torch release is committed."""
-    return Path(__file__).with_name("registry_data") / f"torch-{release or torch_release()}.tsv"
-
-
-def storage_audit_path(release: str | None = None) -> Path:
-    """Where the storage-sharing audit of a torch release is committed
-    (``python -m tools.audit --storage`` writes it)."""
-    return Path(__file__).with_name("registry_data") / f"storage-{release or torch_release()}.tsv"
-
-
-_VERDICTS: dict[str, Mapping[str, str]] = {}
-
-
-def storage_verdicts(release: str | None = None) -> Mapping[str, str]:
-    """The storage-sharing audit's verdict per ``pure`` overload of a release (``"aten::add.Tensor"``
-    -> ``"fresh"``, ``"shares"`` or ``"not-run"``), read once; empty where no audit is committed."""
-    release = release or torch_release()
-    hit = _VERDICTS.get(release)
-    if hit is None:
-        path = storage_audit_path(release)
-        verdicts: dict[str, str] = {}
-        if path.exists():
-            for line in path.read_text().splitlines():
-                if line and not line.startswith("#"):
-                    overload, verdict = line.split("\t", 2)[:2]
-                    verdicts[overload] = verdict
-        hit = _VERDICTS[release] = MappingProxyType(verdicts)
-    return hit
 
 
 def fresh_confirmed(overload: str) -> bool:
@@ -353,8 +245,8 @@ class RegistryDiff(NamedTuple):
         lines += [f"  changed {old.overload}: {old.kind} -> {new.kind}" for old, new in self.changed]
         if not self.ok:
             lines.append(
-                "  review each op, add it to aliasing.core.registry (METADATA_MUTATING, REVIEWED) or "
-                "aliasing.core.hidden_effects, then run: python -m tools.audit --registry --write"
+                "  review each op, add it to a table of aliasing.core.ops (METADATA_MUTATING, REVIEWED or "
+                "HIDDEN_EFFECTS), then run: python -m tools.audit --registry --write"
             )
         return "\n".join(lines)
 

@@ -8,7 +8,7 @@ binds to ATen's own signature, which holds for torch's *generated* bindings:
 the builtins of the ``torch`` namespace and the method descriptors of
 ``torch.Tensor``. Python-level wrappers (``torch.nn.functional.*``, most
 ``torch.functional`` functions) may reorder arguments and stay unknown, except
-for the few listed in :data:`SAME_SIGNATURE_WRAPPERS`.
+for the few listed in :data:`aliasing.core.ops.SAME_SIGNATURE_WRAPPERS`.
 
 A call resolves to an overload only when every ATen overload that the call's
 arguments can bind to agrees on the alias annotations of the arguments passed
@@ -17,9 +17,6 @@ and of the results (:func:`resolve_overload`); otherwise it is unknown.
 
 from __future__ import annotations
 
-import builtins
-import math
-import operator
 from collections.abc import Hashable
 from functools import cache
 from typing import Any
@@ -27,42 +24,9 @@ from typing import Any
 import torch
 import torch.fx
 
-__all__ = ["INPLACE_OPERATORS", "PURE_OPERATORS", "SAME_SIGNATURE_WRAPPERS", "SCALAR_FUNCTIONS", "resolve_overload"]
+from aliasing.core.ops import SAME_SIGNATURE_METHODS, SAME_SIGNATURE_WRAPPERS
 
-#: Python operators that read their tensor operands and return a fresh value.
-PURE_OPERATORS = frozenset(
-    {
-        operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv, operator.mod,
-        operator.pow, operator.matmul, operator.and_, operator.or_, operator.xor, operator.lshift,
-        operator.rshift, operator.neg, operator.pos, operator.abs, operator.invert, operator.eq,
-        operator.ne, operator.lt, operator.le, operator.gt, operator.ge, operator.not_, operator.truth,
-    }
-)  # fmt: skip
-
-#: Python in-place operators: on a tensor they write and return their first operand.
-INPLACE_OPERATORS = frozenset(
-    {
-        operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.ifloordiv, operator.imod,
-        operator.ipow, operator.imatmul, operator.iand, operator.ior, operator.ixor, operator.ilshift,
-        operator.irshift,
-    }
-)  # fmt: skip
-
-#: Functions of numbers (SymInts, SymFloats, ints, floats): on such arguments they touch no tensor.
-SCALAR_FUNCTIONS: frozenset[Any] = frozenset(
-    {
-        torch.sym_float, torch.sym_int, torch.sym_max, torch.sym_min, torch.sym_not, torch.sym_ite,
-        torch.sym_sum, torch.sym_sqrt, math.sqrt, math.floor, math.ceil, math.trunc, math.exp, math.log,
-        math.log2, math.pow, builtins.abs, builtins.min, builtins.max, builtins.int, builtins.float,
-        builtins.round, builtins.bool,
-    }
-)  # fmt: skip
-
-#: Python-level torch functions whose signature is the ATen op's of the same name.
-SAME_SIGNATURE_WRAPPERS: frozenset[Any] = frozenset({torch.split, torch.Tensor.split})
-
-#: Python-level tensor methods (defined in ``torch._tensor``) whose signature is ATen's.
-_SAME_SIGNATURE_METHODS = frozenset({"split"})
+__all__ = ["resolve_overload"]
 
 
 def _aten_name(node: torch.fx.Node) -> str | None:
@@ -74,7 +38,7 @@ def _aten_name(node: torch.fx.Node) -> str | None:
         attr = torch.Tensor.__dict__.get(target)
         if attr is None:
             attr = getattr(torch.Tensor, target, None)
-        if type(attr).__name__ in ("method_descriptor", "wrapper_descriptor") or target in _SAME_SIGNATURE_METHODS:
+        if type(attr).__name__ in ("method_descriptor", "wrapper_descriptor") or target in SAME_SIGNATURE_METHODS:
             return target
         return None
     if node.op != "call_function":

@@ -65,6 +65,7 @@ import torch.fx
 
 from aliasing.core.effects import SINGLE, Effect, EffectRule, EffectTable, tensor_nodes, unknown_effect
 from aliasing.core.facts import FactsCache, TensorFacts, same_layout
+from aliasing.core.ops import ESCAPING_VIEWS, WRAP_LIKE
 from aliasing.core.regions import Region
 from aliasing.core.roles import UNKNOWN_STORAGE, Role
 from aliasing.errors import OpaqueSubgraph
@@ -108,7 +109,6 @@ class SubgraphAnalysis(Protocol):
 Analyzer = Callable[[torch.fx.GraphModule], SubgraphAnalysis]
 
 __all__ = [
-    "CONTROL_FLOW_OPS",
     "OpaqueSubgraph",
     "SubgraphAccess",
     "SubgraphAnalysis",
@@ -117,9 +117,6 @@ __all__ = [
     "summarize_subgraph",
     "tie_control_flow",
 ]
-
-#: Views that may reach memory outside their base's elements (R5 d).
-_ESCAPING_VIEWS = frozenset({"aten::as_strided", "aten::as_strided_", "aten::_reshape_alias"})
 
 
 @dataclass(frozen=True)
@@ -236,7 +233,7 @@ def _summarize(analysis: SubgraphAnalysis, scalar_inputs: frozenset[int]) -> Sub
 def _check_escaping_views(nodes: Iterable[torch.fx.Node]) -> None:
     """Raise when a node of the subgraph is a view that may reach outside its base (R5 d)."""
     for n in nodes:
-        if n.op == "call_function" and _op_name(n.target) in _ESCAPING_VIEWS:
+        if n.op == "call_function" and _op_name(n.target) in ESCAPING_VIEWS:
             raise OpaqueSubgraph(f"{n.name} ({_op_name(n.target)}) may reach memory outside its base (R5 d)")
 
 
@@ -535,21 +532,6 @@ def _wrap_rule(name: str, subgraph_index: int, first_operand: int, analyze: Anal
     return _guarded(name, rule)
 
 
-#: Higher-order ops with subgraph rules: name -> (subgraph argument index, first operand index);
-#: ``cond`` and ``while_loop`` have rules of their own.
-_WRAP_LIKE: Mapping[str, tuple[int, int]] = {
-    "wrap": (0, 1),
-    "tag_activation_checkpoint": (0, 1),
-    "wrap_activation_checkpoint": (0, 1),
-    "invoke_subgraph": (0, 2),
-    "wrap_with_set_grad_enabled": (1, 2),
-    "wrap_with_autocast": (4, 5),
-}
-
-#: Names of the higher-order ops :func:`control_flow_rules` covers.
-CONTROL_FLOW_OPS: tuple[str, ...] = ("cond", "while_loop", *_WRAP_LIKE)
-
-
 def control_flow_rules(analyze: Analyzer) -> dict[str, EffectRule]:
     """Rules for the control-flow higher-order ops, keyed by op name (``EffectTable.hop_rules``).
 
@@ -573,7 +555,7 @@ def control_flow_rules(analyze: Analyzer) -> dict[str, EffectRule]:
         "cond": _cond_rule(analyze),
         "while_loop": _while_loop_rule(analyze),
     }
-    for name, (sub, first) in _WRAP_LIKE.items():
+    for name, (sub, first) in WRAP_LIKE.items():
         rules[name] = _wrap_rule(name, sub, first, analyze)
     return rules
 

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from aliasing.core.ops import SCATTER_VIEWS
 from rewrite.editing.nodes import (
     Builder,
     LoweredCall,
@@ -39,7 +40,6 @@ from rewrite.editing.nodes import (
     val,
 )
 from rewrite.lowering.copies import exact_copy, require_layout
-from rewrite.lowering.scatter import SCATTER_VIEWS
 
 __all__ = ["BaseWriteBack", "base_write_backs", "fold_base_write_backs", "lower_auto_functionalized", "nested_lists"]
 

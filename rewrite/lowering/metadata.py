@@ -20,6 +20,7 @@ import torch
 import torch.fx
 
 from aliasing.core.facts import has_meta, meta_value, storage_identity
+from aliasing.core.ops import DTYPE_VIEWS
 from rewrite.editing.nodes import COMPUTE, Builder, fake_mode, take_name
 
 __all__ = ["refresh_replaced", "refresh_stale", "scatter_sources", "storage_keys", "with_views"]
@@ -104,13 +105,6 @@ def refresh_replaced(graph: torch.fx.Graph, stale: set[int], values: Iterable[to
     return with_views(roots)
 
 
-#: Dtype-changing views: a chain of views through one of them reaches a scatter source the
-#: lowering's dtype-exact copies make (a dtype view back to the input's dtype).
-_DTYPE_VIEWS = frozenset(
-    {torch.ops.aten.view.dtype, torch.ops.aten.view_as_real.default, torch.ops.aten.view_as_complex.default}
-)
-
-
 def scatter_sources(values: Iterable[torch.fx.Node]) -> set[torch.fx.Node]:
     """``values`` and the views of them a scatter's source may be, as a lowered value: through
     ``as_strided`` alone (as functionalization records views of a base), or through chains of
@@ -130,7 +124,7 @@ def scatter_sources(values: Iterable[torch.fx.Node]) -> set[torch.fx.Node]:
                 and u.args[0] is v
             ):
                 continue
-            now = dtype_seen or u.target in _DTYPE_VIEWS
+            now = dtype_seen or u.target in DTYPE_VIEWS
             if (u, now) in seen:
                 continue
             seen.add((u, now))

@@ -11,30 +11,22 @@ planner (:mod:`rewrite.planning.planner`, C8 and C9) can judge.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import torch
 import torch.fx
 
 from aliasing.core.facts import known_equal
+from aliasing.core.ops import SCATTER_VIEWS
 from rewrite.editing.nodes import Builder, LoweringSkip, undo, val
 from rewrite.lowering.copies import exact_copy
 from rewrite.lowering.metadata import refresh_replaced, scatter_sources, storage_keys
 from rewrite.lowering.reports import Lowered
 
-__all__ = ["SCATTER_VIEWS", "lower_scatters"]
+__all__ = ["lower_scatters"]
 
 log = logging.getLogger(__name__)
 
 aten = torch.ops.aten
-
-#: Scatter ops (version-1 write-backs) and the view each one writes through.
-SCATTER_VIEWS: dict[Any, Any] = {
-    aten.slice_scatter.default: aten.slice.Tensor,
-    aten.select_scatter.default: aten.select.int,
-    aten.diagonal_scatter.default: aten.diagonal.default,
-    aten.as_strided_scatter.default: aten.as_strided.default,
-}
 
 
 def lower_scatters(b: Builder, graph: torch.fx.Graph, lowered_values: set[torch.fx.Node]) -> list[Lowered]:

@@ -1,14 +1,13 @@
-"""What one pipeline run did: :class:`PipelineReport`, and the log lines the ``torch.compile`` adapter writes from it."""
+"""What one pipeline run did: :class:`PipelineReport` (the ``torch.compile`` adapter logs it: :mod:`rewrite.inductor.report`)."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 
 from rewrite.lowering.reports import LoweringReport
 from rewrite.planning.decisions import CloneEliminationReport, Decision, Reason
 
-__all__ = ["PipelineReport", "log_pipeline_report"]
+__all__ = ["PipelineReport"]
 
 _FOLDS = frozenset({Reason.FOLDED_INTO_COPY_BACK, Reason.REMOVABLE_BY_REGIONS})
 
@@ -91,47 +90,3 @@ class PipelineReport:
             parts.append(f"copy planner, round {i + 1}:\n{rep}")
         return "\n".join(parts)
 
-
-def log_pipeline_report(report: PipelineReport, logger: logging.Logger) -> None:
-    """Log what one pipeline run did, as the ``torch.compile`` adapter does (:mod:`rewrite.inductor`;
-    the vLLM adapter words its own lines, as vLLM's passes do: :mod:`rewrite.vllm`).
-
-    At DEBUG (only when DEBUG is enabled): each lowered op and every op not lowered, every
-    decision of every planner round with its condition and evidence, every dropped self-copy;
-    then :meth:`PipelineReport.summary` at INFO.
-
-    Examples
-    --------
-    >>> import logging
-    >>> records = []
-    >>> class Keep(logging.Handler):
-    ...     def emit(self, record):
-    ...         records.append(record.getMessage())
-    >>> logger = logging.getLogger("fx_aliasing_doctest")
-    >>> logger.addHandler(Keep())
-    >>> logger.setLevel(logging.DEBUG)
-    >>> log_pipeline_report(PipelineReport(), logger)
-    >>> records[-1].startswith("fx-aliasing: lowered 0 functional op(s)")
-    True
-    """
-    if logger.isEnabledFor(logging.DEBUG):
-        for low in report.lowering.lowered:
-            logger.debug("lowered %s (%s) -> %s, clones %s", low.node, low.kind, low.call, ", ".join(low.clones))
-        for sk in report.lowering.skipped:
-            logger.debug("not lowered %s (%s): %s", sk.node, sk.kind, sk.reason)
-        for i, rep in enumerate(report.eliminations):
-            for d in rep.decisions:
-                cond = f"{d.reason.condition} " if d.reason.condition else ""
-                logger.debug(
-                    "round %d: %s %s (%s): %s%s %s",
-                    i + 1,
-                    d.action,
-                    d.node,
-                    d.original,
-                    cond,
-                    d.reason,
-                    ", ".join(d.evidence),
-                )
-        for name in report.dropped_copies:
-            logger.debug("dropped self-copy %s", name)
-    logger.info("%s", report.summary())

@@ -5,18 +5,14 @@ from __future__ import annotations
 import torch
 import torch.fx
 
+from aliasing.core.ops import CANDIDATE_CALLS, TO_COPY_KWARGS, TORCH_CLONE_KWARGS, TORCH_CLONES
+
 __all__ = ["copy_candidates", "is_clone_candidate", "is_copy_candidate"]
 
-_TO_COPY_KWARGS = frozenset({"dtype", "layout", "device", "memory_format", "non_blocking"})
-
-#: Torch-level spellings of a clone (``torch.fx.symbolic_trace`` graphs).
-_TORCH_CLONES = (torch.clone, torch.Tensor.clone)
-_MEMORY_FORMAT = frozenset({"memory_format"})
+# (the targets compared by identity: this runs on every node)
 _CLONE = torch.ops.aten.clone.default
 _TO_COPY = torch.ops.aten._to_copy.default
 _COPY_ = torch.ops.aten.copy_.default
-#: Targets of ``call_function`` candidates.
-_CANDIDATE_CALLS = (_CLONE, _TO_COPY, _COPY_, *_TORCH_CLONES)
 
 
 def is_clone_candidate(node: torch.fx.Node) -> bool:
@@ -41,13 +37,13 @@ def is_clone_candidate(node: torch.fx.Node) -> bool:
         if target is _CLONE:
             allowed = None
         elif target is _TO_COPY:
-            allowed = _TO_COPY_KWARGS
-        elif target in _TORCH_CLONES:
-            allowed = _MEMORY_FORMAT
+            allowed = TO_COPY_KWARGS
+        elif target in TORCH_CLONES:
+            allowed = TORCH_CLONE_KWARGS
         else:
             return False
     elif op == "call_method" and node.target == "clone":
-        allowed = _MEMORY_FORMAT
+        allowed = TORCH_CLONE_KWARGS
     else:
         return False
     args = node.args
@@ -91,6 +87,6 @@ def copy_candidates(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     ['clone', 'copy_']
     """
     found: list[torch.fx.Node] = list(graph.find_nodes(op="call_method", target="clone", sort=False))
-    for target in _CANDIDATE_CALLS:
+    for target in CANDIDATE_CALLS:
         found += graph.find_nodes(op="call_function", target=target, sort=False)
     return [n for n in sorted(found) if is_clone_candidate(n) or is_copy_candidate(n)]

@@ -8,7 +8,7 @@ describes; nothing here changes a graph or its metadata. The planner
   (no write, no use by a node that is not dead itself) reads nothing that
   matters, unless a value it reads can make it (or a dead node after it)
   raise: indexing with tensor indices, ``item``, asserts, integer division,
-  anything this module does not list as safe (:func:`may_raise_on_values`);
+  anything the tables of :mod:`aliasing.core.ops` do not list as safe (:func:`may_raise_on_values`);
 - *element-exact effects* (:func:`is_elementwise`, :func:`writes_all_of`,
   :func:`write_only_args`): ops that read element ``i`` of each input to
   write element ``i`` of their output (pointwise ops in place or with
@@ -25,9 +25,12 @@ describes; nothing here changes a graph or its metadata. The planner
   one whose subgraph only reads a value observes its layout only where the
   subgraph does.
 
-Everything not listed here is answered conservatively: an unlisted op may
-raise on any value, is not elementwise, writes only part of what it writes,
-reads its destination, and observes layouts.
+The facts about operators these predicates read (which ops fill, are
+value-safe, views free of layouts, reshapes, reductions, size reads, copies,
+indexing, runtime checks) are tables of :mod:`aliasing.core.ops`; this module
+keeps the predicates. Everything not listed there is answered conservatively:
+an unlisted op may raise on any value, is not elementwise, writes only part
+of what it writes, reads its destination, and observes layouts.
 """
 
 from __future__ import annotations
@@ -44,6 +47,17 @@ from aliasing import AliasAnalysis
 from aliasing.core.effects import composite_diverges, decomposes
 from aliasing.core.facts import TensorFacts, same_layout
 from aliasing.core.layout_divergences import layout_divergent
+from aliasing.core.ops import (
+    CHECKS,
+    COPIES,
+    FILLS,
+    INDEXING,
+    LAYOUT_FREE_VIEWS,
+    REDUCTIONS,
+    RESHAPES,
+    SIZE_ONLY,
+    VALUE_SAFE,
+)
 from aliasing.core.resolve import resolve_overload
 
 __all__ = [
@@ -63,65 +77,6 @@ __all__ = [
 _POINTWISE = torch.Tag.pointwise
 _INPLACE = torch.Tag.inplace
 _OUT = torch.Tag.out
-
-#: Ops that write every element of their first argument without reading its old value.
-_FILLS = frozenset({"aten::copy_", "aten::zero_", "aten::fill_"})
-
-#: Non-pointwise ops that cannot raise because of the values they read (shapes fixed by the trace),
-#: fills, and pointwise ops that raise on no value of any dtype (on integers, division, remainders
-#: and powers do: those are not here).
-_VALUE_SAFE = frozenset(
-    "aten::" + name
-    for name in [
-        "zero_", "fill_", "fill", "zero", "masked_fill", "masked_fill_", "where", "eq", "ne", "lt", "le", "gt",
-        "ge", "logical_not", "logical_and", "logical_or", "logical_xor", "bitwise_not", "bitwise_and",
-        "bitwise_or", "bitwise_xor", "add", "add_", "sub", "sub_", "mul", "mul_", "neg", "neg_", "abs", "abs_",
-        "maximum", "minimum", "clamp", "clamp_", "clamp_min", "clamp_max", "sign", "flip", "roll", "slice_copy",
-        "select_copy", "narrow_copy", "permute_copy", "transpose_copy", "t_copy", "expand_copy", "unsqueeze_copy",
-        "squeeze_copy", "alias_copy", "detach_copy",
-        "clone", "_to_copy", "copy_", "contiguous", "sum", "mean", "amax", "amin", "prod", "var", "std",
-        "var_mean", "std_mean", "norm", "linalg_vector_norm", "_softmax", "_log_softmax", "softmax",
-        "log_softmax", "cumsum", "cumprod", "mm", "bmm", "addmm", "matmul", "baddbmm", "dot", "cat", "stack",
-        "all", "any", "repeat", "constant_pad_nd", "native_batch_norm", "_native_batch_norm_legit",
-        "_native_batch_norm_legit_functional", "native_layer_norm", "instance_norm", "batch_norm",
-        "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "size", "stride", "numel", "dim",
-        "empty_like", "zeros_like", "ones_like", "full_like", "new_empty", "new_zeros", "new_ones", "new_full",
-    ]
-)
-
-#: Views whose element correspondence does not depend on strides (they never raise on a layout).
-_LAYOUT_FREE_VIEWS = frozenset(
-    "aten::" + name
-    for name in [
-        "slice", "select", "narrow", "transpose", "permute", "t", "unsqueeze", "squeeze", "expand", "expand_as",
-        "diagonal", "alias", "detach", "split", "split_with_sizes", "chunk", "unbind", "unfold", "movedim",
-        "tensor_split", "swapaxes", "swapdims",
-    ]
-)
-
-#: Views and reshapes whose success depends on strides, never on values.
-_RESHAPES = frozenset({"aten::view", "aten::_unsafe_view", "aten::reshape"})
-
-#: Reductions: their values may follow strides (summation order), but they never raise on a layout.
-_REDUCTIONS = frozenset(
-    "aten::" + name
-    for name in ["sum", "mean", "amax", "amin", "prod", "var", "std", "norm", "linalg_vector_norm", "cumsum"]
-)
-
-#: Metadata reads that a change of strides or storage offset leaves unchanged.
-_SIZE_ONLY = frozenset({"aten::sym_size", "aten::sym_numel", "aten::size", "aten::numel", "aten::dim"})
-
-#: Copies and rearrangements: each output element is one input element, so their values do not
-#: depend on the inputs' strides (no arithmetic whose order could follow them), and they never
-#: raise on a layout. The planner recomputes their output layout (with the pointwise ops).
-_COPIES = frozenset(
-    "aten::" + name
-    for name in [
-        "clone", "_to_copy", "repeat", "cat", "stack", "constant_pad_nd", "flip", "roll", "index_select",
-        "gather", "take", "slice_copy", "select_copy", "narrow_copy", "permute_copy", "transpose_copy",
-        "t_copy", "expand_copy", "unsqueeze_copy", "squeeze_copy", "alias_copy", "detach_copy",
-    ]
-)
 
 
 def op_of(node: torch.fx.Node) -> torch._ops.OpOverload | None:
@@ -171,18 +126,6 @@ def _body_analysis(body: torch.fx.GraphModule) -> AliasAnalysis:
     return analyze(body)
 
 
-#: Indexing ops whose raising depends only on their integer (index) arguments' values: the
-#: floating-point data they gather or scatter cannot make them raise.
-_INDEXING = frozenset(
-    "aten::" + name
-    for name in [
-        "index", "index_put", "index_put_", "_index_put_impl", "_index_put_impl_", "index_select", "gather",
-        "scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_", "index_add",
-        "index_add_", "index_copy", "index_copy_", "index_fill", "index_fill_", "take", "embedding",
-    ]
-)
-
-
 def may_raise_on_values(
     analysis: AliasAnalysis, node: torch.fx.Node, changed: Callable[[torch.fx.Node], bool] | None = None
 ) -> bool:
@@ -214,26 +157,13 @@ def may_raise_on_values(
     if op is None:
         return True
     name = _name(op)
-    if name in _VALUE_SAFE or name in _LAYOUT_FREE_VIEWS or name in _RESHAPES:
+    if name in VALUE_SAFE or name in LAYOUT_FREE_VIEWS or name in RESHAPES:
         return False
     if _POINTWISE in op.tags:
         return not all(_floating(analysis.facts_of(a)) for a in node.all_input_nodes)
-    if changed is not None and name in _INDEXING and op.namespace == "aten":
+    if changed is not None and name in INDEXING and op.namespace == "aten":
         return any(changed(a) and not _floating(analysis.facts_of(a)) for a in node.all_input_nodes)
     return True
-
-
-#: Runtime checks and other ops with an effect beyond the memory they write, by schema name (also
-#: in torch.fx's own table of side-effectful functions; named here so that no PyTorch version that
-#: leaves one out there lets a check go): asserts, range constraints, their functional forms.
-_CHECKS = frozenset(
-    "aten::" + name
-    for name in [
-        "_assert_async", "_assert_scalar", "_assert_tensor_metadata", "sym_constrain_range",
-        "sym_constrain_range_for_size", "_functional_assert_async", "_functional_assert_scalar",
-        "_functional_sym_constrain_range", "_functional_sym_constrain_range_for_size", "_print",
-    ]
-)
 
 
 def is_side_effectful(node: torch.fx.Node, cache: dict[object, bool] | None = None) -> bool:
@@ -278,7 +208,7 @@ def _side_effectful(node: torch.fx.Node, target: object) -> bool:
         return True
     op = op_of(node)
     if op is not None:
-        if _name(op) in _CHECKS or op.namespace == "profiler" or torch.Tag.nondeterministic_seeded in op.tags:
+        if _name(op) in CHECKS or op.namespace == "profiler" or torch.Tag.nondeterministic_seeded in op.tags:
             return True
         try:
             from torch._higher_order_ops.effects import _get_effect
@@ -375,13 +305,13 @@ def is_elementwise(node: torch.fx.Node) -> bool:
     each element is read before it is written, whatever the memory order.
     """
     op = op_of(node)
-    return op is not None and (_POINTWISE in op.tags or _name(op) in _FILLS)
+    return op is not None and (_POINTWISE in op.tags or _name(op) in FILLS)
 
 
 def _destinations(node: torch.fx.Node, op: torch._ops.OpOverload) -> list[torch.fx.Node]:
     """The arguments an elementwise op writes in full: ``self`` of in-place ops and fills, ``out=``."""
     name = _name(op)
-    if name in _FILLS or (_INPLACE in op.tags and _POINTWISE in op.tags):
+    if name in FILLS or (_INPLACE in op.tags and _POINTWISE in op.tags):
         first = node.args[0] if node.args else node.kwargs.get("self")
         return [first] if isinstance(first, torch.fx.Node) else []
     if _OUT in op.tags and _POINTWISE in op.tags:
@@ -412,7 +342,7 @@ def write_only_args(node: torch.fx.Node) -> frozenset[torch.fx.Node]:
     op = op_of(node)
     if op is None:
         return frozenset()
-    if _name(op) not in _FILLS and not (_OUT in op.tags and _POINTWISE in op.tags):
+    if _name(op) not in FILLS and not (_OUT in op.tags and _POINTWISE in op.tags):
         return frozenset()  # an in-place op reads what it writes
     dests = _destinations(node, op)
     if not dests:
@@ -695,7 +625,7 @@ def _unobserved(
     effect = analysis.effect_of(user)
     writes = effect.writes if effect is not None else ()
     used = bool(users(user))
-    if name in _SIZE_ONLY:  # (d)
+    if name in SIZE_ONLY:  # (d)
         return True
     if names & set(_destinations(user, op)):  # (b)
         return not used and non_overlapping(new_facts)  # a used result's metadata records the old layout
@@ -703,7 +633,7 @@ def _unobserved(
         return False  # written, but not elementwise in full
     if is_elementwise(user) and writes:  # (c) an input of an op writing something else
         return True
-    if (_POINTWISE in op.tags or name in _COPIES) and not writes:  # (a)
+    if (_POINTWISE in op.tags or name in COPIES) and not writes:  # (a)
         recorded = _layout(analysis.facts_of(user))
         others = [resolve(a) for a in user.all_input_nodes if a not in names]
         suspect = any(analysis.lying_source(a) is not None for a in others)  # their layouts may be wrong
@@ -713,16 +643,16 @@ def _unobserved(
             and simulate(analysis, user, dict.fromkeys(names, new_facts), resolve) == recorded
         ):
             return True
-    if name in _LAYOUT_FREE_VIEWS or name == "aten::view":  # (e)
+    if name in LAYOUT_FREE_VIEWS or name == "aten::view":  # (e)
         if analysis.facts_of(user) is None:  # a tuple of views: no getitem of it may be used
-            return name in _LAYOUT_FREE_VIEWS and all(
+            return name in LAYOUT_FREE_VIEWS and all(
                 u.op == "call_function" and u.target is operator.getitem and not users(u) for u in users(user)
             )
         if name == "aten::view" and simulate(analysis, user, dict.fromkeys(names, new_facts), resolve) is None:
             return False  # the new layout does not allow the view (or it cannot be run)
         return not used  # a used view's metadata records the old layout
     if user in dead and not used:  # (f)
-        return _POINTWISE in op.tags or name in _COPIES or name in _REDUCTIONS
+        return _POINTWISE in op.tags or name in COPIES or name in REDUCTIONS
     return False
 
 

@@ -46,6 +46,7 @@ import torch.fx
 from aliasing import Access, AliasAnalysis, Region, Role, regions_may_overlap
 from aliasing.core.analysis import UNKNOWN_STORAGE
 from aliasing.core.facts import TensorFacts, known_equal, same_layout, same_region
+from aliasing.core.ops import ARANGES, INDEX_DIM_OPS, INDEX_LIST_OPS
 from aliasing.core.roles import CALLER_VISIBLE
 from rewrite.planning.candidates import is_clone_candidate, is_copy_candidate
 from rewrite.planning.dataflow import (
@@ -780,23 +781,11 @@ def _is_check(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
     return may_raise_on_values(analysis, node) and not _indexes_in_range(analysis, node)
 
 
-#: Indexing ops whose only value-dependent failure is an index out of range: ``op(self, indices)``
-#: (a list of index tensors for dimensions 0, 1, ...; None for a whole dimension) ...
-_INDEX_LIST_OPS = frozenset(
-    {"aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl", "aten::_index_put_impl_"}
-)
-#: ... and ``op(self, dim, index, ...)``.
-_INDEX_DIM_OPS = frozenset(
-    "aten::" + name
-    for name in ["index_select", "index_add", "index_add_", "index_copy", "index_copy_", "index_fill", "index_fill_"]
-)
-_ARANGES = frozenset({"aten::arange"})
-
-
 def _indexes_in_range(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
     """Whether ``node`` provably indexes in range in the original program, so it checks nothing.
 
-    True for the indexing ops above whose every index is an ``aten.arange`` of
+    True for the indexing ops of :data:`aliasing.core.ops.INDEX_LIST_OPS` and
+    ``INDEX_DIM_OPS`` whose every index is an ``aten.arange`` of
     integer constants that no node writes before ``node`` reads it, with all
     its values inside the indexed dimension (``-n <= i < n``, ``n`` a known
     size). Judged on the original program, which is what C10 compares with:
@@ -812,11 +801,11 @@ def _indexes_in_range(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
     if facts is None:
         return False
     pairs: list[tuple[object, int]] = []
-    if name in _INDEX_LIST_OPS and len(node.args) >= 2 and isinstance(node.args[1], (list, tuple)):
+    if name in INDEX_LIST_OPS and len(node.args) >= 2 and isinstance(node.args[1], (list, tuple)):
         if len(node.args[1]) > len(facts.sizes):
             return False
         pairs = [(index, dim) for dim, index in enumerate(node.args[1]) if index is not None]
-    elif name in _INDEX_DIM_OPS and len(node.args) >= 3 and type(node.args[1]) is int:
+    elif name in INDEX_DIM_OPS and len(node.args) >= 3 and type(node.args[1]) is int:
         rank = len(facts.sizes)
         dim = node.args[1] + rank if node.args[1] < 0 else node.args[1]
         if not 0 <= dim < rank:
@@ -833,7 +822,7 @@ def _indexes_in_range(analysis: AliasAnalysis, node: torch.fx.Node) -> bool:
 def _arange_in_range(analysis: AliasAnalysis, index: torch.fx.Node, size: object, reader: torch.fx.Node) -> bool:
     """``index`` is ``arange`` of integer constants, unwritten until ``reader``, with values in ``[-size, size)``."""
     op = op_of(index)
-    if op is None or op._schema.name not in _ARANGES or type(size) is not int or index.op != "call_function":
+    if op is None or op._schema.name not in ARANGES or type(size) is not int or index.op != "call_function":
         return False
     bounds = [b for b in index.args if type(b) is int]
     if not bounds or len(bounds) != len(index.args) or len(bounds) > 3:

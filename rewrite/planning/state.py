@@ -126,7 +126,7 @@ class PlanningState:
     refine : frozenset of str
         The refinements in use (:data:`REFINEMENTS`).
     protected : collection of fx.Node
-        Copies nobody decides: the hazard guard's protective clones (:mod:`rewrite.guard`).
+        Copies nobody decides: the hazard guard's protective clones (:mod:`rewrite.inductor`).
     unchecked : frozenset of str
         Conditions of :data:`CONDITIONS` not checked. Unsound: only the test tools that
         prove the fuzzer catches a broken pass set it (:mod:`tools.broken`).

@@ -10,7 +10,7 @@
 - the library (``aliasing``, ``rewrite``: what the wheel ships) never imports the
   maintainer tools (``tools``, outside the wheel), not even under ``if TYPE_CHECKING:``
   nor by name through ``importlib.import_module``;
-- only the adapters import ``torch._inductor`` (``rewrite/inductor.py``), ``vllm``
+- only the adapters import ``torch._inductor`` (``rewrite/inductor/passes.py``), ``vllm``
   (``rewrite/vllm.py``) or ``sglang`` (``rewrite/sglang.py``);
 - no module writes ``node.meta``;
 - a library module's private names (one leading underscore) stay in it: no library
@@ -211,7 +211,7 @@ def test_aliasing_modules_import_only_layers_above() -> None:
 
 @pytest.mark.parametrize(
     ("prefix", "allowed"),
-    [("torch._inductor", {"rewrite.inductor"}), ("vllm", {"rewrite.vllm"}), ("sglang", {"rewrite.sglang"})],
+    [("torch._inductor", {"rewrite.inductor.passes"}), ("vllm", {"rewrite.vllm"}), ("sglang", {"rewrite.sglang"})],
 )
 def test_confined_dependencies(prefix: str, allowed: set[str]) -> None:
     users = {
@@ -318,34 +318,34 @@ def test_no_module_imports_another_modules_private_names() -> None:
 @pytest.mark.parametrize(
     "source",
     [
-        "from rewrite.guard.common import _helper\n",
-        "from rewrite.guard.common import log, _helper as helper\n",
-        "from .common import _helper\n",
-        "from ..guard.common import _helper\n",
-        "from rewrite.guard import _helper\n",
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rewrite.guard.common import _Helper\n",
+        "from rewrite.inductor.fixes import _helper\n",
+        "from rewrite.inductor.fixes import log, _helper as helper\n",
+        "from .fixes import _helper\n",
+        "from ..inductor.fixes import _helper\n",
+        "from rewrite.inductor import _helper\n",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rewrite.inductor.fixes import _Helper\n",
         "def f():\n    from aliasing.core.effects import _helper\n    return _helper\n",
-        "import rewrite.guard.common\nrewrite.guard.common._helper()\n",
-        "import rewrite.guard.common as common\ncommon._helper()\n",
-        "from rewrite.guard import common\ncommon._helper()\n",
-        "from rewrite.guard import common as c\nx = c._CONSTANT\n",
+        "import rewrite.inductor.fixes\nrewrite.inductor.fixes._helper()\n",
+        "import rewrite.inductor.fixes as fixes\nfixes._helper()\n",
+        "from rewrite.inductor import fixes\nfixes._helper()\n",
+        "from rewrite.inductor import fixes as c\nx = c._CONSTANT\n",
     ],
 )
 def test_the_private_name_rule_catches_an_import(tmp_path: Path, source: str) -> None:
     path = tmp_path / "module.py"
     modules = set(_sources())
     path.write_text(source)
-    assert _private_imports({"rewrite.guard.module": path}, modules) != []
+    assert _private_imports({"rewrite.inductor.module": path}, modules) != []
     path.write_text(
-        "import torch\nimport torch.fx\nfrom torch.utils import _pytree\nfrom rewrite.guard.common import log\n"
-        "from rewrite.guard import common\nfrom . import common as c\n"
-        "x = torch._ops.OpOverload\ny = common.__name__, c.log, common.log.__class__\n"
+        "import torch\nimport torch.fx\nfrom torch.utils import _pytree\nfrom rewrite.inductor.fixes import log\n"
+        "from rewrite.inductor import fixes\nfrom . import fixes as c\n"
+        "x = torch._ops.OpOverload\ny = fixes.__name__, c.log, fixes.log.__class__\n"
         "def _own():\n    return _own\n"
         "class _Own:\n    def f(self):\n        return self._attr, _Own._other\n"
     )
-    assert _private_imports({"rewrite.guard.module": path}, modules) == []
-    path.write_text("from rewrite.guard.module import _own\nimport rewrite.guard.module as me\nme._own()\n")
-    assert _private_imports({"rewrite.guard.module": path}, modules) == []  # its own private names
+    assert _private_imports({"rewrite.inductor.module": path}, modules) == []
+    path.write_text("from rewrite.inductor.module import _own\nimport rewrite.inductor.module as me\nme._own()\n")
+    assert _private_imports({"rewrite.inductor.module": path}, modules) == []  # its own private names
 
 
 #: The longest function or method body of the library, in lines.

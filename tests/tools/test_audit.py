@@ -183,7 +183,7 @@ def test_oracle_lives_in_aliasing_and_rewrite_testing_reexports_it() -> None:
 
 # ---------------------------------------------------------------------------- fixed violations
 # Found by the full audit, fixed by new kinds of rules in aliasing/core/effects.py and
-# aliasing/core/analysis.py (not expressible as aliasing.core.hidden_effects entries): regression tests.
+# aliasing/core/analysis.py (not expressible as aliasing.core.ops.HIDDEN_EFFECTS entries): regression tests.
 
 
 def test_empty_out_that_the_fake_kernel_does_not_resize() -> None:

@@ -40,7 +40,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import rewrite.planning.dataflow
 from aliasing import AliasAnalysis
-from aliasing.core import layout_divergences
+from aliasing.core import layout_divergences, ops
 from aliasing.core.registry import committed_path, torch_release
 from rewrite import Reason, eliminate_clones
 from rewrite.errors import NotEquivalent
@@ -374,7 +374,7 @@ def test_the_table_is_the_conservative_union_of_the_releases() -> None:
     new = _result("2.15.0", ["aten.div.Tensor_mode", "aten.roll.default"], [], ["aten.div.Tensor", "aten.roll.other"])
     text = render_table(new, old)
     data = json.loads(text)
-    table = layout_divergences._Table.of(data)  # what the module makes of the data file
+    table = ops.LayoutDivergences.of(data)  # what the library makes of the data file
     assert table.versions == {"2.13": "2.13.0+cpu", "2.15": "2.15.0"}
     assert table.divergent == {"aten.roll.default", "aten.div.Tensor_mode"}
     assert table.fake == {"aten.roll.default"}
@@ -408,8 +408,8 @@ def test_the_table_is_package_data_the_module_reads() -> None:
     """The data file lies beside the module (in ``registry_data``, whose files the wheel ships)."""
     beside = Path(layout_divergences.__file__).with_name("registry_data") / "layout-divergences.json"
     assert beside == TABLE_PATH
-    table = layout_divergences._Table.of(json.loads(TABLE_PATH.read_text()))
-    assert table == layout_divergences._TABLE
+    table = ops.LayoutDivergences.of(json.loads(TABLE_PATH.read_text()))
+    assert table == ops.LAYOUT_DIVERGENCES
     assert table.versions == layout_divergences.TORCH_VERSIONS
     assert table.divergent == layout_divergences.LAYOUT_DIVERGENT_OVERLOADS
     assert table.fake == layout_divergences.FAKE_DIVERGENT_OVERLOADS

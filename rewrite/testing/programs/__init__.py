@@ -8,7 +8,7 @@ alias analyses and clone elimination get wrong: views of every kind
 ``mul_``, ``copy_``, ``zero_``, ``index_put_``, ``masked_fill_``, ``out=`` by
 keyword), custom ops with alias annotations (one writes two arguments, one
 returns a view), ops with effects their schemas do not declare (the
-entries of :data:`aliasing.core.hidden_effects.HIDDEN_EFFECTS` that ``make_fx``
+entries of :data:`aliasing.core.ops.HIDDEN_EFFECTS` that ``make_fx``
 traces: normalisation layers with running statistics, ``batch_norm`` and
 ``instance_norm`` in train mode, which update the statistics in place, and
 in eval mode as a control; ``_unsafe_view``), ``clone`` with and without

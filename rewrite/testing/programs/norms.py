@@ -2,7 +2,7 @@
 
 ``batch_norm`` and ``instance_norm`` in train mode update their running
 statistics in place (the entries of
-:data:`aliasing.core.hidden_effects.HIDDEN_EFFECTS`), and in eval mode only read
+:data:`aliasing.core.ops.HIDDEN_EFFECTS`), and in eval mode only read
 them (the control). The statistics are program values (inputs, views of them,
 clones, intermediates), and are often cloned just before the norm, with the
 clone or its original read after it.
@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aliasing.core.hidden_effects import HIDDEN_EFFECTS
+from aliasing.core.ops import HIDDEN_EFFECTS
 from rewrite.testing.programs.state import BuilderState
 from rewrite.testing.programs.values import Rejected, Value, compiled, shape_tuple, storage_elements
 
@@ -23,7 +23,7 @@ from rewrite.testing.programs.values import Rejected, Value, compiled, shape_tup
 class _NormCall:
     """A normalisation call with running statistics, whose traced graph has a hidden write.
 
-    ``effect`` is the :data:`~aliasing.core.hidden_effects.HIDDEN_EFFECTS` entry
+    ``effect`` is the :data:`~aliasing.core.ops.HIDDEN_EFFECTS` entry
     whose effect the call has (``F.batch_norm`` traces to
     ``aten.native_batch_norm``; ``F.instance_norm`` to its decomposition,
     ``native_batch_norm`` on repeated statistics and a ``copy_`` back).

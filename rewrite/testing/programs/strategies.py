@@ -178,7 +178,7 @@ def programs(
         Mark some inputs as donated.
     allow_hidden_effects : bool
         Draw ops whose effects their schemas do not declare
-        (:data:`aliasing.core.hidden_effects.HIDDEN_EFFECTS`): ``batch_norm`` and
+        (:data:`aliasing.core.ops.HIDDEN_EFFECTS`): ``batch_norm`` and
         ``instance_norm`` with running statistics, in train mode (they update
         the statistics in place) and eval mode, and ``_unsafe_view``.
     tracing_mode : str

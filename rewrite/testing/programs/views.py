@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from aliasing.core.hidden_effects import HIDDEN_EFFECTS
+from aliasing.core.ops import HIDDEN_EFFECTS
 from rewrite.testing.programs.aten_sample import pure_overloads, schema_call
 from rewrite.testing.programs.state import BuilderState
 from rewrite.testing.programs.values import MAX_RANK, Rejected, Value, compiled, shape_args, shape_tuple

@@ -1,4 +1,4 @@
-"""Effects that schemas do not declare (``aliasing.core.hidden_effects``), each shown by a real run.
+"""Effects that schemas do not declare (``aliasing.core.ops.HIDDEN_EFFECTS``), each shown by a real run.
 
 - batch norm and instance norm write their running statistics in train mode
   (``make_fx`` graphs: ``aten.native_batch_norm``; ``torch.export`` graphs:
@@ -24,7 +24,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import aliasing
 import rewrite
-from aliasing.core.hidden_effects import HIDDEN_EFFECTS
+from aliasing.core.ops import HIDDEN_EFFECTS
 from aliasing.verification.oracle import check_analysis
 from rewrite.testing import check_equivalent, copy_program
 

@@ -5,7 +5,7 @@ compiles a program with ``post_grad_custom_post_pass=CloneEliminationPass()``,
 runs eager and compiled on equal fresh inputs, and compares the outputs and the
 inputs afterwards (input mutations). Then it checks what the pass did: which
 functional ops it lowered and how many clones remain, and that its hazard
-guard (on by default; ``tests/rewrite/guard/test_inductor_guard.py`` tests it) found
+guard (on by default; ``tests/rewrite/inductor/test_inductor_guard.py`` tests it) found
 nothing to guard in these programs. The Triton case runs in a
 subprocess: it installs a target-only Triton driver (so that Triton's mutation
 analysis works without a GPU) and runs the captured graphs with the kernel under
@@ -631,7 +631,7 @@ def test_uuid_changes_with_configuration() -> None:
 
 
 def test_uuid_changes_with_library_source(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import rewrite.inductor as adapter
+    import rewrite.inductor.passes as adapter
 
     for pkg in ("aliasing", "rewrite"):
         for f in (ROOT / pkg).rglob("*.py"):

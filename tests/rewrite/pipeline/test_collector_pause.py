@@ -18,7 +18,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import aliasing.core.target
-import rewrite.inductor
+import rewrite.inductor.passes
 import rewrite.lowering.metadata
 import rewrite.pipeline.driver
 from rewrite import eliminate_clones, lower_and_eliminate
@@ -51,9 +51,9 @@ def seen(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, bool]]]:
     spy(aliasing.core.target, "validate_graph")
     spy(rewrite.pipeline.driver, "validate_graph")  # (the passes validate where they read: resolve_for_pass)
     spy(rewrite.lowering.metadata, "fake_mode")
-    spy(rewrite.inductor, "guard_stale_reads")
-    spy(rewrite.inductor, "guard_inductor_hazards")
-    spy(rewrite.inductor, "guard_joint_graph")
+    spy(rewrite.inductor.passes, "guard_stale_reads")
+    spy(rewrite.inductor.passes, "guard_inductor_hazards")
+    spy(rewrite.inductor.passes, "guard_joint_graph")
     was = gc.isenabled()
     gc.enable()
     try:

@@ -231,7 +231,7 @@ CONSTRUCTS: dict[str, str] = {
     "no-op _to_copy": r"\.to\(torch\.float32, copy=True\)",
     "pointwise": r" = v\d+ \+ |torch\.sin\(|torch\.relu\(|\.neg\(\)",
     "chained in-place result": r"v\d+ = v\d+\.\w+_\(",
-    # ops with hidden effects (aliasing.core.hidden_effects.HIDDEN_EFFECTS), train mode and the eval-mode control
+    # ops with hidden effects (aliasing.core.ops.HIDDEN_EFFECTS), train mode and the eval-mode control
     "batch_norm, train mode": r"functional\.batch_norm\([^\n]*training=True",
     "batch_norm, eval mode": r"functional\.batch_norm\([^\n]*training=False",
     "instance_norm, train mode": r"functional\.instance_norm\([^\n]*use_input_stats=True",

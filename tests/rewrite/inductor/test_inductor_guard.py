@@ -45,8 +45,14 @@ import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from aliasing.core.registry import torch_release
-from rewrite.guard import KNOWN_RELEASES, STOCK_MISCOMPILES, GuardReport
-from rewrite.inductor import CloneEliminationPass, JointGraphGuard, compile_options
+from rewrite.inductor import (
+    KNOWN_RELEASES,
+    STOCK_MISCOMPILES,
+    CloneEliminationPass,
+    GuardReport,
+    JointGraphGuard,
+    compile_options,
+)
 
 #: torch.compile with Inductor on every program
 pytestmark = pytest.mark.integration
@@ -941,7 +947,7 @@ def test_every_hazard_class_has_a_repro_that_proves_its_status() -> None:
 @pytest.mark.parametrize("p", _params("repro"))
 def test_faithful_repro(p: Program) -> None:
     """Wrong on stock Inductor where its hazard class is marked broken, right where it is marked fixed
-    (proving rewrite.guard.STOCK_MISCOMPILES on this torch); right under aot_eager; right when guarded,
+    (proving rewrite.inductor.STOCK_MISCOMPILES on this torch); right under aot_eager; right when guarded,
     guarding exactly the listed hazards, and where the class is fixed no hazard and stock's copies."""
     want = observe(p)
     assert differences(compile_and_observe(p, backend="aot_eager").observed, want) == [], "aot_eager is wrong too"
@@ -1086,7 +1092,7 @@ def test_stale_reads_only_in_the_epilogue() -> None:
     """A read after a write in the middle of the program is meant (a non-functional graph): H1 leaves it."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from rewrite.guard import guard_stale_reads
+    from rewrite.inductor import guard_stale_reads
 
     def f(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
         src.copy_(src + 1)
@@ -1109,7 +1115,7 @@ def test_guard_never_raises_without_fake_tensors(caplog: pytest.LogCaptureFixtur
 
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from rewrite.guard import guard_inductor_hazards
+    from rewrite.inductor import guard_inductor_hazards
 
     def f(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
         y = torch.ops.aten.slice_scatter.default(x, src, 0, 1, 3)
@@ -1123,7 +1129,7 @@ def test_guard_never_raises_without_fake_tensors(caplog: pytest.LogCaptureFixtur
 
     gm = make_fx(f)(torch.zeros(4, 2), torch.ones(2, 2))
     del next(iter(gm.graph.nodes)).meta["val"]  # nothing to propagate from
-    with caplog.at_level(logging.WARNING, logger="rewrite.guard"), warnings.catch_warnings():
+    with caplog.at_level(logging.WARNING, logger="rewrite.inductor.guard"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         report = guard_inductor_hazards(gm.graph)
     assert report.guarded == () and report.error is not None
@@ -1137,7 +1143,7 @@ def test_nested_as_strided_of_a_dtype_view_rebased_once() -> None:
 
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from rewrite.guard import guard_storage_views
+    from rewrite.inductor import guard_storage_views
     from rewrite.testing import check_equivalent, copy_program
 
     def f(x: torch.Tensor) -> torch.Tensor:

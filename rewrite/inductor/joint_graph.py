@@ -12,8 +12,9 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from aliasing.core.facts import known_equal, meta_value, storage_identity
+from aliasing.core.ops import DISTINCT_VIEW
 from rewrite.editing.nodes import Builder, recompile, static_int, view_chain
-from rewrite.guard.common import (
+from rewrite.inductor.fixes import (
     copy_nbytes,
     flat_args,
     is_pre_existing,
@@ -23,7 +24,7 @@ from rewrite.guard.common import (
     same_layout,
     strided_tensor,
 )
-from rewrite.guard.hazards import ALL_HAZARDS, Guarded, GuardReport, Hazard, OutputRoles
+from rewrite.inductor.hazards import ALL_HAZARDS, Guarded, GuardReport, Hazard, OutputRoles
 
 __all__ = [
     "CollapsedOutput",
@@ -183,11 +184,6 @@ def _guard_offset_clones(graph: torch.fx.Graph) -> GuardReport:
 # ---------------------------------------------------------------------------
 # H8: the returned values, before remove_noop_ops and pointless_view
 
-#: Returned instead of a collapsing output: a view op with no Inductor lowering or decomposition, so
-#: Inductor calls it (an implicit fallback kernel) and the caller gets a tensor object of its own.
-_DISTINCT_VIEW = aten.view_as.default
-
-
 @dataclass(frozen=True)
 class CollapsedOutput:
     """A returned ``value`` Inductor would return as the very object it returns for ``kept``, at ``positions``."""
@@ -279,7 +275,7 @@ def guard_collapsed_outputs(graph: torch.fx.Graph, outputs: OutputRoles | None =
         flat, spec = pytree.tree_flatten(out.args[0])
         for c in plans:
             with graph.inserting_before(out):
-                distinct = b.call(_DISTINCT_VIEW, (c.value, c.value))
+                distinct = b.call(DISTINCT_VIEW, (c.value, c.value))
             for i in c.positions:
                 flat[i] = distinct
             done.append(Guarded(Hazard.OUTPUTS_COLLAPSED, c.value.name, "view", (distinct.name,), 0, (c.kept.name,)))

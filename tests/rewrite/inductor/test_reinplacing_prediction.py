@@ -1,4 +1,4 @@
-"""``rewrite.guard.predict_reinplacing`` on its own, against what Inductor really does.
+"""``rewrite.inductor.predict_reinplacing`` on its own, against what Inductor really does.
 
 Each program is compiled with Inductor (caches off). A post-grad custom pass
 records the prediction on the graph Inductor's ``reinplace_inplaceable_ops``
@@ -21,7 +21,7 @@ import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
 from aliasing import analyze
-from rewrite.guard import predict_reinplacing
+from rewrite.inductor import predict_reinplacing
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +42,7 @@ class Seen:
     index_puts: set[str] = field(default_factory=set)  #: index_put nodes in the graph reinplacing receives
     reinplaced_index_puts: set[str] = field(default_factory=set)
     reinplaced_scatters: int = 0
-    same_as_eager: bool = True  #: stock Inductor miscompiles some reinplacings (rewrite.guard's H2)
+    same_as_eager: bool = True  #: stock Inductor miscompiles some reinplacings (rewrite.inductor's H2)
 
 
 class _Predict(CustomGraphPass):

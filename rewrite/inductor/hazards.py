@@ -1,10 +1,15 @@
-"""The hazard classes (:class:`Hazard`, H1-H9 of :mod:`rewrite.guard`), where stock Inductor has them, and the guard's reports.
+"""The hazard catalogue (:data:`HAZARDS`, one row per class H1-H9), and what every guard stage returns.
 
-:data:`STOCK_MISCOMPILES` and :func:`hazards_on` say which classes the guard
-looks for on a torch release; :class:`Guarded` and :class:`GuardReport` are
+docs/DESIGN.md ("Inductor's own aliasing bugs") states each class in full:
+what goes wrong, the fix, its cost. The catalogue is the code's map of it:
+each class's code, name, the pytorch/pytorch issue, the hook that checks it,
+the ``plan_*`` function that finds it, the torch releases whose stock
+Inductor still gets it wrong, and one line of description. :data:`STOCK_MISCOMPILES`
+and :func:`hazards_on` read it. :class:`Guarded` and :class:`GuardReport` are
 what every guard stage returns (:func:`protected_nodes`: its copies in a
-graph); :class:`InductorModel` and :class:`OutputRoles` are what
-:mod:`rewrite.inductor` tells the guard about Inductor and about the caller.
+graph); :class:`InductorModel` and :class:`OutputRoles` are what the passes
+(:mod:`rewrite.inductor.passes`) tell the guard about Inductor and about the
+caller.
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ import torch.fx
 
 __all__ = [
     "ALL_HAZARDS",
+    "HAZARDS",
     "KNOWN_RELEASES",
     "STOCK_MISCOMPILES",
     "Action",
     "GuardReport",
     "Guarded",
     "Hazard",
+    "HazardClass",
     "InductorModel",
     "OutputRoles",
     "hazards_on",
@@ -33,7 +40,7 @@ __all__ = [
 
 
 class Hazard(str, enum.Enum):
-    """A way Inductor's later passes would break eager semantics (H1-H9 of :mod:`rewrite.guard`)."""
+    """A way Inductor's later passes would break eager semantics (a row of :data:`HAZARDS`)."""
 
     STALE_INPUT_READ = "stale-input-read"
     OVERWRITTEN_RESULT = "in-placed-result-overwritten"
@@ -51,57 +58,97 @@ class Hazard(str, enum.Enum):
     @property
     def code(self) -> str:
         """``H1``..``H9``."""
-        return _CODE[self]
+        return _ROWS[self].code
 
     @property
     def description(self) -> str:
         """One line: what goes wrong without the guard."""
-        return _DESCRIPTION[self]
+        return _ROWS[self].description
 
 
-_CODE = {h: f"H{i + 1}" for i, h in enumerate(Hazard)}
+#: The Inductor hook whose graph shows a hazard (the joint graph: before ``remove_noop_ops`` drops what it needs).
+Hook = Literal["joint_custom_pre_pass", "post_grad_custom_post_pass"]
 
 
-_DESCRIPTION = {
-    Hazard.STALE_INPUT_READ: "a write-back reads an input after that input's own write-back "
-    "(a copy remove_noop_ops dropped); Inductor would copy the new value",
-    Hazard.OVERWRITTEN_RESULT: "Inductor writes the op into a graph input whose write-back then "
-    "overwrites the result, which is still used",
-    Hazard.ESCAPING_RESULT: "Inductor writes the op into a graph input and returns that input as the result",
-    Hazard.WRITE_BACK_READS_ELSEWHERE: "the input is written by the in-placed op and again by its write-back, "
-    "which reads the op's result at other positions in the same loop",
-    Hazard.OVERLAPPING_SOURCE: "the in-placed scatter copies a source that overlaps the region it writes",
-    Hazard.DTYPE_VIEW_READ_LATE: "readers of an aliasing dtype view are not ordered before a later write of its base",
-    Hazard.OFFSET_CLONE_DROPPED: "remove_noop_ops drops a clone that changes the storage offset an opaque op may observe",
-    Hazard.OUTPUTS_COLLAPSED: "Inductor returns one tensor object for outputs eager returns as distinct views "
-    "of one storage (a later resize_ or other metadata change of one changes the other)",
-    Hazard.STORAGE_VIEW_OF_COPY: "Inductor materialises the view an as_strided is taken of into a buffer of its own "
-    "and applies the storage-relative as_strided to that buffer (reads past its end)",
-}
+@dataclass(frozen=True)
+class HazardClass:
+    """One class of :data:`HAZARDS`.
+
+    ``check`` names the ``plan_*`` function of :mod:`rewrite.inductor` that
+    finds it; ``broken_on`` the torch releases (``major.minor``) whose stock
+    Inductor miscompiles programs of the class.
+    """
+
+    hazard: Hazard
+    code: str
+    issue: int
+    hook: Hook
+    check: str
+    broken_on: frozenset[str]
+    description: str
 
 
-#: The torch releases (``major.minor``) whose stock Inductor miscompiles programs of each hazard
-#: class. Proven, not assumed: on every release CI runs, tests/rewrite/guard/test_inductor_guard.py compiles the
-#: class's programs without the guard and fails when a class marked fixed there has a wrong result,
-#: or a class marked broken has none. On a release where a class is fixed the guard does not look for it.
-STOCK_MISCOMPILES: Mapping[str, frozenset[str]] = MappingProxyType(
-    {
-        "H1": frozenset({"2.13", "2.14"}),
-        "H2": frozenset({"2.13", "2.14", "2.15"}),
-        "H3": frozenset({"2.13", "2.14", "2.15"}),
-        "H4": frozenset({"2.13", "2.14"}),
-        "H5": frozenset({"2.13", "2.14"}),
-        "H6": frozenset({"2.13", "2.14", "2.15"}),
-        "H7": frozenset({"2.13", "2.14", "2.15"}),
-        "H8": frozenset({"2.13", "2.14", "2.15"}),
-        "H9": frozenset({"2.13", "2.14", "2.15"}),
-    }
+def _row(hazard: Hazard, code: str, issue: int, hook: Hook, check: str, broken_on: str, description: str) -> HazardClass:
+    return HazardClass(hazard, code, issue, hook, check, frozenset(broken_on.split()), description)
+
+
+_POST: Hook = "post_grad_custom_post_pass"
+_JOINT: Hook = "joint_custom_pre_pass"
+
+#: The catalogue, in code order. ``broken_on`` is proven, not assumed: on every release CI runs,
+#: tests/rewrite/inductor/test_inductor_guard.py compiles each class's programs without the guard and
+#: fails when a class marked fixed there has a wrong result, or a class marked broken has none.
+HAZARDS: tuple[HazardClass, ...] = (
+    _row(
+        Hazard.STALE_INPUT_READ, "H1", 198131, _POST, "plan_stale_reads", "2.13 2.14",
+        "a write-back reads an input after that input's own write-back "
+        "(a copy remove_noop_ops dropped); Inductor would copy the new value",
+    ),
+    _row(
+        Hazard.OVERWRITTEN_RESULT, "H2", 198094, _POST, "plan_inductor_hazards", "2.13 2.14 2.15",
+        "Inductor writes the op into a graph input whose write-back then overwrites the result, which is still used",
+    ),
+    _row(
+        Hazard.ESCAPING_RESULT, "H3", 195451, _POST, "plan_inductor_hazards", "2.13 2.14 2.15",
+        "Inductor writes the op into a graph input and returns that input as the result",
+    ),
+    _row(
+        Hazard.WRITE_BACK_READS_ELSEWHERE, "H4", 198270, _POST, "plan_inductor_hazards", "2.13 2.14",
+        "the input is written by the in-placed op and again by its write-back, "
+        "which reads the op's result at other positions in the same loop",
+    ),
+    _row(
+        Hazard.OVERLAPPING_SOURCE, "H5", 197829, _POST, "plan_inductor_hazards", "2.13 2.14",
+        "the in-placed scatter copies a source that overlaps the region it writes",
+    ),
+    _row(
+        Hazard.DTYPE_VIEW_READ_LATE, "H6", 198101, _POST, "plan_inductor_hazards", "2.13 2.14 2.15",
+        "readers of an aliasing dtype view are not ordered before a later write of its base",
+    ),
+    _row(
+        Hazard.OFFSET_CLONE_DROPPED, "H7", 197489, _JOINT, "plan_offset_clones", "2.13 2.14 2.15",
+        "remove_noop_ops drops a clone that changes the storage offset an opaque op may observe",
+    ),
+    _row(
+        Hazard.OUTPUTS_COLLAPSED, "H8", 191449, _JOINT, "plan_collapsed_outputs", "2.13 2.14 2.15",
+        "Inductor returns one tensor object for outputs eager returns as distinct views "
+        "of one storage (a later resize_ or other metadata change of one changes the other)",
+    ),
+    _row(
+        Hazard.STORAGE_VIEW_OF_COPY, "H9", 197431, _POST, "plan_storage_views", "2.13 2.14 2.15",
+        "Inductor materialises the view an as_strided is taken of into a buffer of its own "
+        "and applies the storage-relative as_strided to that buffer (reads past its end)",
+    ),
 )
 
+_ROWS = {row.hazard: row for row in HAZARDS}
+
+#: The torch releases whose stock Inductor miscompiles each hazard class, by code (read from
+#: :data:`HAZARDS`). On a release where a class is fixed the guard does not look for it.
+STOCK_MISCOMPILES: Mapping[str, frozenset[str]] = MappingProxyType({row.code: row.broken_on for row in HAZARDS})
 
 #: The releases :data:`STOCK_MISCOMPILES` describes; on any other the guard looks for every class.
 KNOWN_RELEASES = frozenset({"2.13", "2.14", "2.15"})
-
 
 ALL_HAZARDS = frozenset(STOCK_MISCOMPILES)
 
@@ -208,11 +255,11 @@ class InductorModel:
     ``realizing_targets``: ops whose inputs Inductor always realizes
     (``torch._inductor.lowering.needs_realized_inputs``); ``fallback_targets``:
     ops lowered as extern (fallback) kernels (``torch._inductor.lowering.fallbacks``);
-    both feed the scatter condition R3 of :func:`predict_reinplacing`.
+    both feed the scatter condition R3 of :func:`~rewrite.inductor.post_grad.predict_reinplacing`.
     ``kernel_targets``: ops lowered by Inductor's kernel templates
     (``torch._inductor.kernel``: matmuls, convolutions), which like the other
     two read their inputs in a kernel of their own (H4's path ends there).
-    :mod:`rewrite.inductor` fills them from the installed Inductor; the empty
+    :func:`rewrite.inductor.inductor_model` fills them from the installed Inductor; the empty
     default treats every ATen op as fusible. ``hazards``: the hazard codes the
     installed Inductor still gets wrong (:func:`hazards_on` its release; every
     class by default); the guard looks for no other.
@@ -246,7 +293,7 @@ class OutputRoles:
     aliased outputs: a view of an input in eager is one in the compiled
     program too, whatever the graph returns there). Positions in neither (an
     input mutation's new value, an intermediate base, what the backward
-    saves) are internal. :mod:`rewrite.inductor` reads them from
+    saves) are internal. :func:`rewrite.inductor.output_roles` reads them from
     AOTAutograd's metadata; every guard takes None, the default, as "every
     output is returned as it is".
     """
