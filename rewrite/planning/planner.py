@@ -122,9 +122,6 @@ def _layout_only_change(x: TensorFacts, y: TensorFacts) -> bool:
     return len(x.sizes) == len(y.sizes) and all(known_equal(p, q) for p, q in zip(x.sizes, y.sizes))
 
 
-Keep = Callable[..., Decision]
-
-
 @dataclass
 class _Clone:
     """What the decision on one clone reads from the state: its accesses after the clone (C7)."""
@@ -137,6 +134,10 @@ class _Clone:
     c_reads: list[Access]
     c_writes: list[Access]
     relocated: bool = False
+
+    def keep(self, reason: Reason, *ev: torch.fx.Node) -> Decision:
+        """The keep of this clone for ``reason``, with the evidence nodes ``ev``."""
+        return Decision(self.clone.name, "keep", reason, tuple(e.name for e in ev), self.original.name)
 
     @property
     def c_read_nodes(self) -> set[torch.fx.Node]:
@@ -260,10 +261,10 @@ def _gather(state: PlanningState, cand: _Candidate) -> Decision | None:
 def _whole_region(state: PlanningState, cand: _Candidate) -> Decision | None:
     """C2-C5 judged by the original's whole region; when they hold, C6 decides."""
     assert cand.info is not None and cand.ro is not None  # _gather
-    cand.standing = _check_c2_to_c5(state, cand.info, cand.ro, cand.keep)
+    cand.standing = _check_c2_to_c5(state, cand.info, cand.ro)
     if cand.standing is not None:
         return None
-    aliasing = _check_c6(state, cand.info, cand.keep) if "C6" not in state.unchecked else None
+    aliasing = _check_c6(state, cand.info) if "C6" not in state.unchecked else None
     return aliasing or cand.remove(Reason.LAYOUT_UNOBSERVED if cand.relocated else Reason.REMOVABLE)
 
 
@@ -272,7 +273,7 @@ def _fold(state: PlanningState, cand: _Candidate) -> Decision | None:
     if cand.relocated:
         return None
     assert cand.info is not None and cand.standing is not None  # _whole_region
-    result = _decide_fold(state, cand.info, cand.standing, cand.keep)
+    result = _decide_fold(state, cand.info, cand.standing)
     if result.action == "remove":
         return result
     cand.standing = result
@@ -284,10 +285,10 @@ def _refined(state: PlanningState, cand: _Candidate) -> Decision:
     assert cand.info is not None and cand.ro is not None and cand.standing is not None
     if not state.refine - {"layout"}:
         return cand.standing
-    refined = _Scan(state, cand.info, cand.ro, cand.keep).run()
+    refined = _Scan(state, cand.info, cand.ro).run()
     if isinstance(refined, Decision):
         return cand.standing
-    aliasing = _check_c6(state, cand.info, cand.keep) if "C6" not in state.unchecked else None
+    aliasing = _check_c6(state, cand.info) if "C6" not in state.unchecked else None
     return aliasing or cand.remove(Reason.LAYOUT_UNOBSERVED if cand.relocated else Reason.REMOVABLE_BY_DATAFLOW, refined)
 
 
@@ -317,7 +318,7 @@ def _decide_replacement(state: PlanningState, clone: torch.fx.Node) -> Decision:
 
 
 def _check_c2_to_c5(
-    state: PlanningState, info: _Clone, ro: Region, keep: Keep
+    state: PlanningState, info: _Clone, ro: Region
 ) -> Decision | None:
     """The keep decision of the first of C4, C2, C3, C5 that fails (None when all hold)."""
     last_c_read = info.c_reads[-1] if info.c_reads else None
@@ -329,37 +330,37 @@ def _check_c2_to_c5(
         c_read_nodes, c_write_nodes = info.c_read_nodes, info.c_write_nodes
         for acc in o_accs:
             if acc.kind == "read" and acc.node in c_write_nodes:
-                return keep(Reason.SAME_NODE_WRITES_CLONE_READS_ORIGINAL, acc.node)
+                return info.keep(Reason.SAME_NODE_WRITES_CLONE_READS_ORIGINAL, acc.node)
             if acc.kind == "write" and acc.node in c_read_nodes:
-                return keep(Reason.SAME_NODE_WRITES_ORIGINAL_READS_CLONE, acc.node)
+                return info.keep(Reason.SAME_NODE_WRITES_ORIGINAL_READS_CLONE, acc.node)
     # C2: a write of the original before a later read of the clone.
     if "C2" not in state.unchecked and last_c_read is not None:
         for acc in o_accs:
             if acc.position >= last_c_read.position:
                 break
             if acc.kind == "write":
-                return keep(Reason.ORIGINAL_WRITTEN, acc.node, last_c_read.node)
+                return info.keep(Reason.ORIGINAL_WRITTEN, acc.node, last_c_read.node)
     # C3: a write of the clone before a later read of the original.
     if "C3" not in state.unchecked and first_c_write is not None:
         for acc in o_accs:
             if acc.kind == "read" and acc.position > first_c_write.position:
-                return keep(Reason.CLONE_WRITTEN_ORIGINAL_READ, first_c_write.node, acc.node)
+                return info.keep(Reason.CLONE_WRITTEN_ORIGINAL_READ, first_c_write.node, acc.node)
     # C5: the clone is written and the original is memory the caller observes.
     if "C5" not in state.unchecked and first_c_write is not None and info.ocls.roles & CALLER_VISIBLE:
-        return keep(Reason.WRITES_CALLER_MEMORY, first_c_write.node, info.original)
+        return info.keep(Reason.WRITES_CALLER_MEMORY, first_c_write.node, info.original)
     return None
 
 
-def _check_c6(state: PlanningState, info: _Clone, keep: Keep) -> Decision | None:
+def _check_c6(state: PlanningState, info: _Clone) -> Decision | None:
     """C6: the keep decision when the clone is returned and removing it would alias outputs."""
     out = state.analysis.output_node
     if out is None or out not in info.c_read_nodes:
         return None
     if info.ocls.roles & CALLER_VISIBLE:
-        return keep(Reason.OUTPUT_ALIASING, info.original)
+        return info.keep(Reason.OUTPUT_ALIASING, info.original)
     for acc in info.ocls.accesses:
         if acc.node is out:
-            return keep(Reason.OUTPUT_ALIASING, acc.value)
+            return info.keep(Reason.OUTPUT_ALIASING, acc.value)
     return None
 
 
@@ -432,7 +433,6 @@ class _Scan:
     state: PlanningState
     info: _Clone
     ro: Region
-    keep: Keep
     c_dirty: list[Region | None] = field(default_factory=list)
     o_dirty: list[Region | None] = field(default_factory=list)
     first_c_writer: torch.fx.Node | None = None
@@ -502,7 +502,7 @@ class _Scan:
                 for r in reads:
                     if _overlaps(w, r):
                         if not (exact and _identical(w, r)):
-                            return self.keep(reason, n)
+                            return self.info.keep(reason, n)
                         self.helped.append(n)
         return None
 
@@ -514,12 +514,12 @@ class _Scan:
         if "C2" not in unchecked:
             for r in reads_c:
                 if any(_overlaps(r, d) for d in self.o_dirty):
-                    return self.keep(Reason.ORIGINAL_WRITTEN, *([self.last_o_writer] if self.last_o_writer else []), n)
+                    return self.info.keep(Reason.ORIGINAL_WRITTEN, *([self.last_o_writer] if self.last_o_writer else []), n)
         if "C3" not in unchecked:
             for r in reads_o:
                 if any(_overlaps(r, d) for d in self.c_dirty):
                     writer = [self.first_c_writer] if self.first_c_writer else []
-                    return self.keep(Reason.CLONE_WRITTEN_ORIGINAL_READ, *writer, n)
+                    return self.info.keep(Reason.CLONE_WRITTEN_ORIGINAL_READ, *writer, n)
         return None
 
     def copied(self, n: torch.fx.Node, region: Region | None, dest_side: str) -> None:
@@ -555,10 +555,10 @@ class _Scan:
         info = self.info
         if self.c_dirty and info.ocls.roles & CALLER_VISIBLE:
             first = [self.first_c_writer] if self.first_c_writer else []
-            return self.keep(Reason.WRITES_CALLER_MEMORY, *first, info.original)
+            return self.info.keep(Reason.WRITES_CALLER_MEMORY, *first, info.original)
         if self.o_dirty and info.ccls.roles & CALLER_VISIBLE:
             last = [self.last_o_writer] if self.last_o_writer else []
-            return self.keep(Reason.WRITES_CALLER_MEMORY, *last, info.clone)
+            return self.info.keep(Reason.WRITES_CALLER_MEMORY, *last, info.clone)
         return None
 
 
@@ -657,7 +657,7 @@ def _find_copy_back(state: PlanningState, info: _Clone, o_all: list[Access]) -> 
     return None
 
 
-def _decide_fold(state: PlanningState, info: _Clone, blocked: Decision, keep: Keep) -> Decision:
+def _decide_fold(state: PlanningState, info: _Clone, blocked: Decision) -> Decision:
     """C8: fold ``c`` into ``o`` when the regions it writes allow, else keep (see the module docstring)."""
     rc = state.region(info.clone)
     if rc is None:
@@ -673,9 +673,9 @@ def _decide_fold(state: PlanningState, info: _Clone, blocked: Decision, keep: Ke
     # Known regions for every access of c (whole-storage accesses have none).
     for acc in info.c_reads + info.c_writes:
         if acc.whole:
-            return failed(keep(Reason.OPAQUE_USE, acc.node))
+            return failed(info.keep(Reason.OPAQUE_USE, acc.node))
     # C6 holds for a fold as for any removal.
-    aliasing = _check_c6(state, info, keep)
+    aliasing = _check_c6(state, info)
     if aliasing is not None:
         return failed(aliasing)
     if copy_back is None:
@@ -685,11 +685,11 @@ def _decide_fold(state: PlanningState, info: _Clone, blocked: Decision, keep: Ke
         written: list[Region | None] | Decision = [state.access_region(w) for w in info.c_writes]
         end: int | None = None
     else:
-        written = _copy_back_region(state, info, copy_back, rc, keep)
+        written = _copy_back_region(state, info, copy_back, rc)
         end = state.analysis.position(copy_back)
     if isinstance(written, Decision):
         return written
-    conflict = _fold_conflict(state, info, o_all, copy_back, written, end, keep)
+    conflict = _fold_conflict(state, info, o_all, copy_back, written, end)
     if conflict is not None:
         return failed(conflict)
     if copy_back is None:
@@ -698,26 +698,26 @@ def _decide_fold(state: PlanningState, info: _Clone, blocked: Decision, keep: Ke
 
 
 def _copy_back_region(
-    state: PlanningState, info: _Clone, copy_back: torch.fx.Node, rc: Region, keep: Keep
+    state: PlanningState, info: _Clone, copy_back: torch.fx.Node, rc: Region
 ) -> list[Region | None] | Decision:
     """C8a and C8b for a copy-back ``E = copy_(d, s)``: the written region ``[d]``, or why ``E`` cannot absorb the clone."""
     a = state.analysis
     d, s = copy_back.args[0], copy_back.args[1]
     if not isinstance(d, torch.fx.Node) or not isinstance(s, torch.fx.Node):  # excluded by is_copy_candidate
-        return keep(Reason.COPY_BACK_REGION_DIFFERS, copy_back)
+        return info.keep(Reason.COPY_BACK_REGION_DIFFERS, copy_back)
     rd, rs = state.region(d), state.region(s)
     same_class = state.root_of(d) == state.find(next(iter(info.ocls.storages)))
     # C8a the copy-back copies an identical region with the same dtype.
     # (Strides of size-one dimensions too: after the fold ``E`` reads and writes one memory.)
     if not (same_class and _identical(rd, rs) and _same_elements(a.facts_of(d), a.facts_of(s))):
-        return keep(Reason.COPY_BACK_REGION_DIFFERS, copy_back)
+        return info.keep(Reason.COPY_BACK_REGION_DIFFERS, copy_back)
     end = a.position(copy_back)
     # C8b every write of c happens before E, inside s.
     for w in info.c_writes:
         if w.position >= end:
-            return keep(Reason.CLONE_WRITTEN_AFTER_COPY_BACK, w.node, copy_back)
+            return info.keep(Reason.CLONE_WRITTEN_AFTER_COPY_BACK, w.node, copy_back)
         if not (_same_region(state.access_region(w), rs) or _same_region(rs, rc)):
-            return keep(Reason.CLONE_WRITTEN_OUTSIDE_COPY_BACK, w.node, copy_back)
+            return info.keep(Reason.CLONE_WRITTEN_OUTSIDE_COPY_BACK, w.node, copy_back)
     return [rd]
 
 
@@ -728,7 +728,6 @@ def _fold_conflict(
     copy_back: torch.fx.Node | None,
     written: list[Region | None],
     end: int | None,
-    keep: Keep,
 ) -> Decision | None:
     """C8c and C8d over the original's accesses after the clone: the first conflict's keep, or None."""
     first_write = info.c_writes[0].position if info.c_writes else None
@@ -742,8 +741,8 @@ def _fold_conflict(
             for read in info.c_reads:
                 if read.position >= acc.position and _overlaps(r, state.access_region(read)):
                     if read.node is acc.node:  # C4 by regions
-                        return keep(Reason.SAME_NODE_WRITES_ORIGINAL_READS_CLONE, acc.node)
-                    return keep(Reason.ORIGINAL_WRITTEN, acc.node, read.node)
+                        return info.keep(Reason.SAME_NODE_WRITES_ORIGINAL_READS_CLONE, acc.node)
+                    return info.keep(Reason.ORIGINAL_WRITTEN, acc.node, read.node)
         elif (
             first_write is not None
             and acc.position >= first_write
@@ -752,8 +751,8 @@ def _fold_conflict(
         ):
             # C8c no read of the written region from the first write of c on, up to E.
             if acc.node in c_write_nodes:  # C4 by regions (pytorch/pytorch#198031)
-                return keep(Reason.SAME_NODE_WRITES_CLONE_READS_ORIGINAL, acc.node)
-            return keep(Reason.CLONE_WRITTEN_ORIGINAL_READ, info.c_writes[0].node, acc.node)
+                return info.keep(Reason.SAME_NODE_WRITES_CLONE_READS_ORIGINAL, acc.node)
+            return info.keep(Reason.CLONE_WRITTEN_ORIGINAL_READ, info.c_writes[0].node, acc.node)
     return None
 
 
