@@ -587,10 +587,11 @@ def test_readme_setup_commands_match_ci() -> None:
     install, test = (code.strip() for _, code in _readme_blocks("bash")[:2])
     assert "pip install torch==2.13.0" in install
     assert install.endswith("fx-aliasing demo")
-    assert test == ". .venv/bin/activate && python -m pytest -q"
+    assert test == ". .venv/bin/activate && python -m pytest -q -n 2"
     ci = (ROOT / ".ci" / "run").read_text()
-    # CI activates its own fresh venv, then runs the same command
-    assert re.search(r"^\s*python -m pytest -q$", ci, re.M)
+    # CI activates its own fresh venv, then runs the same command (run_suite passes its arguments on)
+    assert re.search(r'^\s*python -m pytest -q "\$@"$', ci, re.M)
+    assert re.search(r"^\s*run_suite -n 2$", ci, re.M)
     extras = re.compile(r"pip install torch==2\.13\.0 -e '\.\[([\w,]+)\]'")
     readme_match, ci_match = extras.search(install), extras.search(ci)
     assert readme_match and ci_match
