@@ -63,6 +63,7 @@ from torch.utils._pytree import tree_leaves
 from aliasing.core.facts import FactsCache, TensorFacts, is_tensor_meta, known_equal, meta_value, plain_ints
 from aliasing.core.layout_divergences import fake_layout_divergent, layout_divergent
 from aliasing.core.ops import (
+    COMPOSITE_RUNS,
     HIDDEN_EFFECTS,
     INPLACE_OPERATORS,
     METADATA_ONLY,
@@ -1062,7 +1063,9 @@ def decomposition(node: torch.fx.Node) -> frozenset[str] | None:
     arguments' fake tensors (a composite ATen op, or a torch-level call that resolves to one);
     None where it cannot be run (see :func:`recomputed_copy`), may change an argument's
     metadata (the fake values are the graph's own), or has symbolic sizes (a run answers for the
-    example sizes only, and a composite kernel may take another path at another size).
+    example sizes only, and a composite kernel may take another path at another size). For an
+    op of :data:`aliasing.core.ops.COMPOSITE_RUNS`, what it may run at any size and layout,
+    without running it.
 
     Example
     -------
@@ -1080,6 +1083,10 @@ def decomposition(node: torch.fx.Node) -> frozenset[str] | None:
     op = node.target
     if mutates_metadata(op):
         return None
+    if isinstance(op, torch._ops.OpOverload):
+        known = COMPOSITE_RUNS.get(str(op))  # what it may run at any size and layout: no run needed
+        if known is not None:
+            return known
     call = _fake_call(node)
     if call is None:
         return None

@@ -53,6 +53,7 @@ __all__ = [
     "CANDIDATE_CALLS",
     "CHECKS",
     "COMMON_VIEWS",
+    "COMPOSITE_RUNS",
     "CONTROL_FLOW_OPS",
     "COPIES",
     "DISTINCT_VIEW",
@@ -568,6 +569,22 @@ SCATTER_VIEWS: Mapping[Any, Any] = {
 #: source the lowering's dtype-exact copies make, a dtype view back to the input's dtype
 #: (:func:`rewrite.lowering.metadata.scatter_sources`).
 DTYPE_VIEWS = frozenset({aten.view.dtype, aten.view_as_real.default, aten.view_as_complex.default})
+
+# ---------------------------------------------------------------------------
+# What composite ops run (aliasing.core.effects.decomposition)
+
+#: The overloads a composite op's kernel may run on fake tensors, whatever its arguments' sizes and
+#: layouts (its source: ``reshape`` views where the strides allow it, else clones contiguous and
+#: views the copy): a call of one is judged by these without being run, also on symbolic sizes.
+#: Checked by running each on fake tensors of several layouts at sizes 0, 1, 2 and 5, static and
+#: symbolic (tests/aliasing/core/test_composite_runs.py). Other composite ops are run call by call.
+COMPOSITE_RUNS: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        "aten.reshape.default": frozenset(
+            {"aten.view.default", "aten._reshape_alias.default", "aten._unsafe_view.default", "aten.clone.default"}
+        ),
+    }
+)
 
 # ---------------------------------------------------------------------------
 # What Inductor does with some ops (the hazard guard of rewrite.inductor)
