@@ -353,3 +353,31 @@ def test_composite_op_on_symbolic_sizes_is_not_judged_at_the_example_size() -> N
     for label in ("static", "symbolic"):  # judged by the table, at any size
         assert decomposition(nodes[label][reshape]) == COMPOSITE_RUNS[str(reshape)]
         assert not composite_lies(nodes[label][reshape]) and not composite_diverges(nodes[label][reshape])
+
+
+def _reshape_then_layout_clone_read(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    r = (x * 1).reshape(-1, 2)
+    c = r.t().clone(memory_format=torch.contiguous_format)  # a layout change downstream of reshape
+    return c * 2, r.sum(0)
+
+
+def _reshape_then_layout_clone_written(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    o = x * 1
+    r = o.reshape(-1, 2)
+    c = r.t().clone(memory_format=torch.contiguous_format)
+    c.add_(1)
+    return o * 1, c.reshape(-1)
+
+
+@pytest.mark.parametrize("forward", [_reshape_then_layout_clone_read, _reshape_then_layout_clone_written])
+def test_reshape_judged_by_its_listed_paths_is_sound_at_every_size(forward: Callable[..., object]) -> None:
+    """On symbolic sizes a ``reshape`` is judged by what it may run at any size
+    (:data:`aliasing.core.ops.COMPOSITE_RUNS`), not taken to lie: the rewrite of the dynamic
+    exported program equals the original at the size's boundaries and beyond (n of 1, 2, 3 and 8
+    rows of 2 elements: a view at some sizes, a copy at none)."""
+    ep = torch.export.export(_module(forward), (torch.randn(6, 2),), dynamic_shapes={"x": (Dim("n"), 2)})
+    reshape = next(n for n in ep.graph.nodes if n.target is aten.reshape.default)
+    from aliasing.core.effects import composite_lies
+
+    assert not composite_lies(reshape)
+    _rewrite_matches(ep, [(torch.randn(n, 2),) for n in (1, 2, 3, 8)])
