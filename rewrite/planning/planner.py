@@ -122,6 +122,11 @@ def _layout_only_change(x: TensorFacts, y: TensorFacts) -> bool:
     return len(x.sizes) == len(y.sizes) and all(known_equal(p, q) for p, q in zip(x.sizes, y.sizes))
 
 
+def _keep(clone: torch.fx.Node, original: torch.fx.Node, reason: Reason, ev: Iterable[torch.fx.Node]) -> Decision:
+    """The keep of ``clone`` (a copy of ``original``) for ``reason``, with the evidence nodes ``ev``."""
+    return Decision(clone.name, "keep", reason, tuple(e.name for e in ev), original.name)
+
+
 @dataclass
 class _Clone:
     """What the decision on one clone reads from the state: its accesses after the clone (C7)."""
@@ -137,7 +142,7 @@ class _Clone:
 
     def keep(self, reason: Reason, *ev: torch.fx.Node) -> Decision:
         """The keep of this clone for ``reason``, with the evidence nodes ``ev``."""
-        return Decision(self.clone.name, "keep", reason, tuple(e.name for e in ev), self.original.name)
+        return _keep(self.clone, self.original, reason, ev)
 
     @property
     def c_read_nodes(self) -> set[torch.fx.Node]:
@@ -177,7 +182,7 @@ class _Candidate:
     deferred: Decision | None = None
 
     def keep(self, reason: Reason, *ev: torch.fx.Node) -> Decision:
-        return Decision(self.clone.name, "keep", reason, tuple(e.name for e in ev), self.original.name)
+        return _keep(self.clone, self.original, reason, ev)
 
     def remove(self, reason: Reason, evidence: Iterable[torch.fx.Node] = ()) -> Decision:
         return Decision(self.clone.name, "remove", reason, tuple(n.name for n in evidence), self.original.name)
